@@ -1,0 +1,1 @@
+//! codemode-conformance: golden transcripts and a runner for any executor (filled by issue 4).

@@ -1,0 +1,137 @@
+//! The entry scope as source text: what an engine evaluates to run one program.
+//!
+//! [`entry_source`] is a pure function from (code, providers) to a strict classic
+//! script. Evaluating it yields a promise of the program's result. Before the program
+//! runs it captures its intrinsics, declares one `const` per provider (the generated
+//! proxy, or the provider's `proxySource`), then runs every prelude. An engine needs
+//! only three host functions on its global object:
+//!
+//! - `__dispatch(provider, tool, argsJson)`: returns a promise of the answer string;
+//! - `__bytesToBase64(uint8Array)`: the standard padded base64 of its bytes;
+//! - `__base64ToBytes(text)`: a fresh `ArrayBuffer`, or `undefined` when `text` is not
+//!   standard padded base64.
+//!
+//! The base64 pair keeps per-byte work out of JavaScript: a 1 MiB array costs one
+//! native call each way.
+
+use std::fmt;
+
+use crate::binary::{BINARY_TAG, BinaryKind};
+use crate::normalize::{CodeSyntaxError, normalize_code};
+use crate::provider::{ProviderDescriptor, ProviderNameError, validate_providers};
+use crate::texts::{self, Template, TemplatePart};
+
+/// The names the entry scope binds, in the order the codec returns them.
+pub const ENTRY_BINDINGS: &[&str] = &[
+    "__dispatch",
+    "__stringifyForDispatch",
+    "__parseForDispatch",
+    "__encodeBinary",
+    "__decodeBinary",
+    "__providerProxy",
+];
+
+/// The host functions an engine installs on its global object before evaluating.
+pub const HOST_FUNCTIONS: &[&str] = &["__dispatch", "__bytesToBase64", "__base64ToBytes"];
+
+const CODEC_SOURCE: &str = include_str!("entry/codec.js");
+
+/// Why no entry source could be built; its Display is the outcome's error text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryError {
+    /// A provider name broke a rule.
+    ProviderName(ProviderNameError),
+    /// The code fits no accepted form.
+    Syntax(CodeSyntaxError),
+}
+
+impl fmt::Display for EntryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryError::ProviderName(error) => error.fmt(f),
+            EntryError::Syntax(error) => error.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for EntryError {}
+
+/// Build the script an engine evaluates for `code` with `providers`.
+///
+/// Provider names are checked first (the guide's rules and texts), then the code is
+/// normalized. Provider source (`prelude`, `proxySource`) is the host's and goes in as
+/// written; the engine reports its syntax errors.
+pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<String, EntryError> {
+    validate_providers(providers).map_err(EntryError::ProviderName)?;
+    let program = normalize_code(code).map_err(EntryError::Syntax)?;
+
+    let mut source = String::with_capacity(CODEC_SOURCE.len() + program.len() + 512);
+    source.push_str("\"use strict\";\n(function (");
+    source.push_str(&ENTRY_BINDINGS.join(", "));
+    source.push_str(") {\n\"use strict\";\n");
+    for provider in providers {
+        match &provider.proxy_source {
+            Some(proxy) => {
+                source.push_str(proxy);
+                source.push_str("\n;\n");
+            }
+            None => {
+                let name = &provider.name;
+                let positional = provider.positional_args;
+                source.push_str(&format!("const {name} = __providerProxy({}, {positional});\n", js_string(name)));
+            }
+        }
+    }
+    for prelude in providers.iter().filter_map(|p| p.prelude.as_deref()) {
+        source.push_str("{\n");
+        source.push_str(prelude);
+        source.push_str("\n;}\n");
+    }
+    source.push_str("return (async () => await (\n");
+    source.push_str(&program);
+    source.push_str("\n)())();\n}).apply(void 0, ((texts, kinds) => {\n");
+    source.push_str(CODEC_SOURCE);
+    source.push_str("})(");
+    source.push_str(&codec_texts());
+    source.push_str(", ");
+    source.push_str(&codec_kinds());
+    source.push_str("));\n");
+    Ok(source)
+}
+
+fn js_string(text: &str) -> String {
+    serde_json::Value::String(text.to_owned()).to_string()
+}
+
+/// A template as the codec's `fill` reads it: literal strings and hole indices.
+fn js_template(template: Template) -> serde_json::Value {
+    let mut hole = 0;
+    let pieces = template.parts().into_iter().map(|part| match part {
+        TemplatePart::Literal(literal) => serde_json::Value::from(literal),
+        TemplatePart::Hole(_) => {
+            hole += 1;
+            serde_json::Value::from(hole - 1)
+        }
+    });
+    serde_json::Value::Array(pieces.collect())
+}
+
+fn codec_texts() -> String {
+    serde_json::json!({
+        "tag": BINARY_TAG,
+        "outside": texts::OUTSIDE_ENVELOPE,
+        "shape": texts::BINARY_TAG_SHAPE,
+        "unknownKind": js_template(texts::BINARY_TAG_UNKNOWN_KIND),
+        "badBase64": js_template(texts::BINARY_TAG_BAD_BASE64),
+        "badLength": js_template(texts::BINARY_TAG_BAD_LENGTH),
+    })
+    .to_string()
+}
+
+fn codec_kinds() -> String {
+    let entries: Vec<String> = BinaryKind::ALL
+        .iter()
+        .map(|kind| format!("[{}, {}, {}]", js_string(kind.name()), kind.name(), kind.element_size()))
+        .collect();
+    format!("[{}]", entries.join(", "))
+}

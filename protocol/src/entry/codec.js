@@ -1,0 +1,157 @@
+// The sandbox side of the protocol: the codec, the envelope reader and the provider proxy.
+// entry.rs wraps this body in `((texts, kinds) => { ... })(...)`; it runs before any
+// program or provider source, captures every intrinsic it uses, and returns the
+// entry scope's bindings. Keep it engine-neutral: it runs on QuickJS and on V8.
+const host = globalThis;
+const dispatch = host.__dispatch;
+const bytesToBase64 = host.__bytesToBase64;
+const base64ToBytes = host.__base64ToBytes;
+const apply = Reflect.apply;
+const reflectGet = Reflect.get;
+const ProxyConstructor = Proxy;
+const ErrorConstructor = Error;
+const SyntaxErrorPrototype = SyntaxError.prototype;
+const JSONObject = JSON;
+const jsonParse = JSON.parse;
+const jsonStringify = JSON.stringify;
+const isArray = Array.isArray;
+const objectKeys = Object.keys;
+const getPrototypeOf = Object.getPrototypeOf;
+const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
+const hasOwnProperty = Object.prototype.hasOwnProperty;
+const objectToString = Object.prototype.toString;
+const isView = ArrayBuffer.isView;
+const arrayBufferByteLength = getOwnPropertyDescriptor(ArrayBuffer.prototype, 'byteLength').get;
+const TypedArrayPrototype = getPrototypeOf(Uint8Array.prototype);
+const typedArrayKind = getOwnPropertyDescriptor(TypedArrayPrototype, Symbol.toStringTag).get;
+const typedArrayBuffer = getOwnPropertyDescriptor(TypedArrayPrototype, 'buffer').get;
+const typedArrayByteOffset = getOwnPropertyDescriptor(TypedArrayPrototype, 'byteOffset').get;
+const typedArrayByteLength = getOwnPropertyDescriptor(TypedArrayPrototype, 'byteLength').get;
+const Uint8ArrayConstructor = Uint8Array;
+const TAG = texts.tag;
+const kindsByName = { __proto__: null };
+for (let i = 0; i < kinds.length; i++) kindsByName[kinds[i][0]] = kinds[i];
+
+const hasOwn = (object, key) => apply(hasOwnProperty, object, [key]);
+const fill = (pieces, values) => {
+  let text = '';
+  for (let i = 0; i < pieces.length; i++) {
+    text += typeof pieces[i] === 'number' ? values[pieces[i]] : pieces[i];
+  }
+  return text;
+};
+const fail = (message) => new ErrorConstructor(message);
+
+const isArrayBuffer = (value) => {
+  if (apply(objectToString, value, []) !== '[object ArrayBuffer]') return false;
+  try {
+    apply(arrayBufferByteLength, value, []);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+// The JSON.stringify replacer: ArrayBuffer and typed arrays become the tag, each
+// carrying only its visible bytes. It sees a value after toJSON, so a Node Buffer
+// arrives here already turned into {type, data} and is not tagged.
+const encodeBinary = function (key, value) {
+  if (value === null || typeof value !== 'object') return value;
+  if (isView(value)) {
+    const kind = apply(typedArrayKind, value, []);
+    if (kind === undefined) return value;
+    const visible = new Uint8ArrayConstructor(
+      apply(typedArrayBuffer, value, []),
+      apply(typedArrayByteOffset, value, []),
+      apply(typedArrayByteLength, value, []),
+    );
+    return { [TAG]: kind, data: bytesToBase64(visible) };
+  }
+  if (isArrayBuffer(value)) {
+    return { [TAG]: 'ArrayBuffer', data: bytesToBase64(new Uint8ArrayConstructor(value)) };
+  }
+  return value;
+};
+
+const rebuildBinary = (tag) => {
+  const kind = tag[TAG];
+  const data = tag.data;
+  if (objectKeys(tag).length !== 2 || typeof kind !== 'string' || typeof data !== 'string' || !hasOwn(tag, 'data')) {
+    throw fail(texts.shape);
+  }
+  const entry = kindsByName[kind];
+  if (entry === undefined) throw fail(fill(texts.unknownKind, [kind]));
+  const buffer = base64ToBytes(data);
+  if (buffer === undefined) throw fail(fill(texts.badBase64, [kind]));
+  const length = apply(arrayBufferByteLength, buffer, []);
+  if (length % entry[2] !== 0) throw fail(fill(texts.badLength, [kind, length, entry[2]]));
+  return entry[1] === ArrayBuffer ? buffer : new entry[1](buffer);
+};
+
+// Rebuild every tag inside a parsed JSON value, in place.
+const decodeBinary = (value) => {
+  if (value === null || typeof value !== 'object') return value;
+  if (isArray(value)) {
+    for (let i = 0; i < value.length; i++) {
+      const item = value[i];
+      const rebuilt = decodeBinary(item);
+      if (rebuilt !== item) value[i] = rebuilt;
+    }
+    return value;
+  }
+  if (hasOwn(value, TAG)) return rebuildBinary(value);
+  const keys = objectKeys(value);
+  for (let i = 0; i < keys.length; i++) {
+    const item = value[keys[i]];
+    const rebuilt = decodeBinary(item);
+    if (rebuilt !== item) value[keys[i]] = rebuilt;
+  }
+  return value;
+};
+
+const stringifyForDispatch = (value) => {
+  const text = apply(jsonStringify, JSONObject, [value, encodeBinary]);
+  return text === undefined ? 'null' : text;
+};
+
+const parseForDispatch = (text) => decodeBinary(apply(jsonParse, JSONObject, [text]));
+
+// Read an answer as envelope.rs's read_answer does.
+const readAnswer = (answer) => {
+  if (typeof answer !== 'string') throw fail(texts.outside);
+  let envelope;
+  try {
+    envelope = apply(jsonParse, JSONObject, [answer]);
+  } catch (failure) {
+    if (failure !== null && typeof failure === 'object' && getPrototypeOf(failure) === SyntaxErrorPrototype) {
+      throw fail(texts.outside);
+    }
+    throw failure;
+  }
+  if (envelope === null || typeof envelope !== 'object' || isArray(envelope)) {
+    throw fail(texts.outside);
+  }
+  if (hasOwn(envelope, 'error') && envelope.error !== null) {
+    const error = envelope.error;
+    throw fail(typeof error === 'string' ? error : apply(jsonStringify, JSONObject, [error]));
+  }
+  return hasOwn(envelope, 'result') ? decodeBinary(envelope.result) : undefined;
+};
+
+const tool = (provider, name, positional) => async (...args) => {
+  const payload = positional ? args : args.length === 0 || args[0] === undefined ? {} : args[0];
+  return readAnswer(await dispatch(provider, name, stringifyForDispatch(payload)));
+};
+
+// A Proxy over an empty object: a property written on it wins; symbols and `then`
+// read undefined, so awaiting the provider yields the proxy; every other read is a tool.
+const providerProxy = (provider, positional) =>
+  new ProxyConstructor({}, {
+    get: (target, key, receiver) => {
+      if (hasOwn(target, key)) return reflectGet(target, key, receiver);
+      if (typeof key === 'symbol' || key === 'then') return undefined;
+      return tool(provider, key, positional);
+    },
+  });
+
+return [dispatch, stringifyForDispatch, parseForDispatch, encodeBinary, decodeBinary, providerProxy];

@@ -1,0 +1,65 @@
+//! The pure protocol of codemode-rs: everything a host or an alternative executor
+//! needs that is not an engine.
+//!
+//! A program runs in a sandbox whose only way out is a tool call. A call leaves as
+//! three strings, a [`ToolCall`] (provider, tool, argsJson), and the host's
+//! [`Dispatch`] answers with one JSON string, the envelope: `{"result": v}` or
+//! `{"error": text}`. This crate holds:
+//!
+//! - [`texts`]: the pinned texts, to the byte;
+//! - [`envelope`]: composing and reading the envelope;
+//! - [`codec`] and [`binary`]: JSON with tagged binary, both ways;
+//! - [`provider`]: provider descriptors and the rules their names must pass;
+//! - [`entry`]: the entry scope as source text, for any engine;
+//! - [`normalize`]: the code forms models send, normalized;
+//! - [`dispatch`]: the trait a host implements and [`create_envelope_dispatch`];
+//! - [`wire`] and [`schema`]: the messages of the daemon and the conformance runner.
+//!
+//! It does no I/O, knows no engine and names no async runtime.
+//!
+//! # Sending bytes: the `Vec<u8>` trap
+//!
+//! serde writes a `Vec<u8>` as an array of numbers, so a tool returning one hands the
+//! program `[1, 2, 3]`, an ordinary array, with no error anywhere: the Rust twin of the
+//! guide's Node Buffer trap. Wrap bytes once, where your tools return, and the codec
+//! tags them as a `Uint8Array`:
+//!
+//! ```
+//! use codemode_protocol::{stringify_for_dispatch, Bytes};
+//! let avatar: Vec<u8> = vec![1, 2, 3];
+//! assert_eq!(stringify_for_dispatch(&avatar).unwrap(), "[1,2,3]");
+//! assert_eq!(
+//!     stringify_for_dispatch(&Bytes::from(avatar)).unwrap(),
+//!     r#"{"__executor_binary_v1__":"Uint8Array","data":"AQID"}"#,
+//! );
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod binary;
+pub mod codec;
+pub mod dispatch;
+pub mod entry;
+pub mod envelope;
+pub mod normalize;
+pub mod provider;
+pub mod schema;
+pub mod texts;
+pub mod wire;
+
+pub use binary::{BINARY_TAG, Binary, BinaryKind, Bytes};
+pub use codec::{
+    CodecError, Value, parse_dispatch_arguments, parse_dispatch_arguments_as, parse_for_dispatch,
+    stringify_for_dispatch,
+};
+pub use dispatch::{
+    Dispatch, DispatchFuture, EnvelopeDispatch, Latch, LatchGuard, ToolCall, ToolNotFoundError,
+    create_envelope_dispatch,
+};
+pub use entry::{EntryError, entry_source};
+pub use envelope::{Answer, AnswerError, error_envelope, read_answer, result_envelope};
+pub use normalize::{CodeSyntaxError, normalize_code};
+pub use provider::{
+    ProviderDescriptor, ProviderNameError, RESERVED_PROVIDER_NAMES, REFUSED_WORDS, validate_providers,
+};
+pub use wire::{ExecuteRequest, Outcome};

@@ -1,0 +1,120 @@
+//! Pinned texts: every sentence the protocol composes for a program or a host, to the byte.
+//!
+//! A program may recognise these texts and a host should not reword them, so each one
+//! lives here exactly once and `tests/texts.rs` pins it. Texts with holes are
+//! [`Template`]s: the same pieces fill in Rust ([`Template::fill`]) and in the
+//! generated entry source, so both sides can never drift apart.
+
+/// A pinned text with named holes such as `{tool}`.
+///
+/// The holes are filled in order of the arguments given to [`Template::fill`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Template(&'static str);
+
+impl Template {
+    /// The template as written, holes included.
+    pub const fn as_str(self) -> &'static str {
+        self.0
+    }
+
+    /// Split into literal pieces and hole names, in order.
+    ///
+    /// `"a {x} b"` gives `[Literal("a "), Hole("x"), Literal(" b")]`.
+    pub fn parts(self) -> Vec<TemplatePart> {
+        let mut parts = Vec::new();
+        let mut rest = self.0;
+        while let Some(open) = rest.find('{') {
+            let Some(close) = rest[open..].find('}') else { break };
+            if open > 0 {
+                parts.push(TemplatePart::Literal(&rest[..open]));
+            }
+            parts.push(TemplatePart::Hole(&rest[open + 1..open + close]));
+            rest = &rest[open + close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(TemplatePart::Literal(rest));
+        }
+        parts
+    }
+
+    /// Fill the holes with `values`, the first value into the first hole.
+    ///
+    /// A value is inserted as it is; it is never itself scanned for holes.
+    pub fn fill(self, values: &[&str]) -> String {
+        let mut text = String::with_capacity(self.0.len() + values.iter().map(|v| v.len()).sum::<usize>());
+        let mut next = values.iter();
+        for part in self.parts() {
+            match part {
+                TemplatePart::Literal(literal) => text.push_str(literal),
+                TemplatePart::Hole(_) => text.push_str(next.next().copied().unwrap_or_default()),
+            }
+        }
+        text
+    }
+}
+
+/// One piece of a [`Template`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TemplatePart {
+    /// Text written as it is.
+    Literal(&'static str),
+    /// A named hole.
+    Hole(&'static str),
+}
+
+// ---- The guide's pinned texts ----
+
+/// The refusal of a tool nobody routes: the Display of [`crate::ToolNotFoundError`].
+pub const TOOL_NOT_FOUND: Template = Template("Tool \"{tool}\" not found");
+
+/// A call that arrived after the run settled, composed by the sandbox and by the latch.
+pub const EXECUTION_COMPLETED: &str = "Execution has already completed.";
+
+/// The dispatch returned something that is not a JSON object.
+pub const OUTSIDE_ENVELOPE: &str = "The dispatch answered outside the result envelope.";
+
+/// Provider rule 1: the name shadows something the entry scope binds or reads.
+pub const PROVIDER_NAME_RESERVED: Template =
+    Template("Provider name \"{name}\" is reserved. Give the provider a name the entry scope does not bind.");
+
+/// Provider rule 2: the name is not an identifier of the allowed shape.
+pub const PROVIDER_NAME_NOT_IDENTIFIER: Template = Template(
+    "Provider name \"{name}\" must be ASCII letters, digits, underscore and dollar, and must not start with a digit.",
+);
+
+/// Provider rule 3: the name is on the refused-words list.
+pub const PROVIDER_NAME_REFUSED: Template = Template(
+    "Provider name \"{name}\" is on the list this executor refuses: every ECMAScript reserved word, the names strict mode reserves, and async. Pick a name outside it.",
+);
+
+/// Provider rule 4: two providers share a name.
+pub const PROVIDER_NAME_DUPLICATE: Template =
+    Template("Provider name \"{name}\" is declared twice. Give each provider its own name.");
+
+// ---- The codec's texts ----
+
+/// A binary tag whose fields are not exactly the tag and `data`, both strings.
+pub const BINARY_TAG_SHAPE: &str = "Binary tag must be an object with exactly two string fields, \"__executor_binary_v1__\" and \"data\".";
+
+/// A binary tag naming a kind the codec does not know.
+pub const BINARY_TAG_UNKNOWN_KIND: Template = Template(
+    "Binary tag names \"{kind}\", which is not a binary kind. Use ArrayBuffer or a typed array name such as Uint8Array.",
+);
+
+/// A binary tag whose data is not standard padded base64.
+pub const BINARY_TAG_BAD_BASE64: Template =
+    Template("Binary tag \"{kind}\" carries data that is not standard padded base64.");
+
+/// A binary tag whose byte count does not fit the element size of its kind.
+pub const BINARY_TAG_BAD_LENGTH: Template = Template(
+    "Binary tag \"{kind}\" carries {length} bytes, which is not a whole number of {size}-byte elements.",
+);
+
+// ---- Code normalization ----
+
+/// The program's code does not parse as any accepted form; says where.
+pub const CODE_SYNTAX_ERROR: Template = Template("SyntaxError in code at line {line}, column {column}: {message}");
+
+/// The program tried to import a module; the sandbox loads none.
+pub const CODE_MODULE_SYNTAX: &str =
+    "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";
