@@ -90,10 +90,11 @@ impl Value {
                 }
             }
             serde_json::Value::Object(fields) => Value::Object(
-                fields
-                    .into_iter()
-                    .map(|(key, value)| Ok((key, Value::from_json(value)?)))
-                    .collect::<Result<_, CodecError>>()?,
+                fields.into_iter().map(|(key, value)| Ok((key, Value::from_json(value)?))).collect::<Result<
+                    _,
+                    CodecError,
+                >>(
+                )?,
             ),
         })
     }

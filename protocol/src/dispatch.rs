@@ -32,7 +32,11 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// A call of `provider.tool` with `args_json`.
-    pub fn new(provider: impl Into<String>, tool: impl Into<String>, args_json: impl Into<String>) -> ToolCall {
+    pub fn new(
+        provider: impl Into<String>,
+        tool: impl Into<String>,
+        args_json: impl Into<String>,
+    ) -> ToolCall {
         ToolCall { provider: provider.into(), tool: tool.into(), args_json: args_json.into() }
     }
 }

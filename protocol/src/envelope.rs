@@ -36,7 +36,8 @@ pub fn error_envelope(text: &str) -> String {
     struct Envelope<'a> {
         error: &'a str,
     }
-    serde_json::to_string(&Envelope { error: text }).unwrap_or_else(|_| unreachable!("a struct of one string always serializes"))
+    serde_json::to_string(&Envelope { error: text })
+        .unwrap_or_else(|_| unreachable!("a struct of one string always serializes"))
 }
 
 /// What an answer means to the program that made the call.

@@ -35,6 +35,7 @@
 //! ```
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
+#![warn(clippy::unwrap_used)]
 
 pub mod binary;
 pub mod codec;
@@ -60,6 +61,11 @@ pub use entry::{EntryError, entry_source};
 pub use envelope::{Answer, AnswerError, error_envelope, read_answer, result_envelope};
 pub use normalize::{CodeSyntaxError, normalize_code};
 pub use provider::{
-    ProviderDescriptor, ProviderNameError, RESERVED_PROVIDER_NAMES, REFUSED_WORDS, validate_providers,
+    ProviderDescriptor, ProviderNameError, REFUSED_WORDS, RESERVED_PROVIDER_NAMES, validate_providers,
 };
 pub use wire::{ExecuteRequest, Outcome};
+
+/// The examples of `docs/protocol.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/protocol.md")]
+pub struct ProtocolGuide;

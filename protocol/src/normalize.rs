@@ -69,9 +69,11 @@ impl std::error::Error for CodeSyntaxError {}
 ///   `typescript` or no language);
 /// - empty code: `async () => {}`.
 pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
-    let (start, end) = unfence(code);
-    let body = &code[start..end];
-    if body.trim().is_empty() {
+    let (fenced_start, end) = unfence(code);
+    let untrimmed = &code[fenced_start..end];
+    let body = untrimmed.trim();
+    let start = fenced_start + (untrimmed.len() - untrimmed.trim_start().len());
+    if body.is_empty() {
         return Ok(EMPTY_PROGRAM.to_owned());
     }
     let at = |offset: usize, message: String| position(code, start + offset, message);
@@ -81,7 +83,7 @@ pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
     let parsed = Parser::new(&allocator, body, SourceType::mjs()).with_options(options).parse();
     if let Some(error) = parsed.diagnostics.iter().next() {
         if is_anonymous_function(body) {
-            return Ok(body.trim().to_owned());
+            return Ok(body.to_owned());
         }
         let offset = error.labels.first().map_or(0, |label| label.offset() as usize);
         return Err(at(offset, error.message.to_string()));
@@ -115,7 +117,9 @@ pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
     }
 
     let last_expression = match program.body.last() {
-        Some(Statement::ExpressionStatement(statement)) => Some((statement.span, statement.expression.span())),
+        Some(Statement::ExpressionStatement(statement)) => {
+            Some((statement.span, statement.expression.span()))
+        }
         Some(_) => None,
         // Only string literals: the last one is a directive, and the result.
         None => program.directives.last().map(|d| (d.span, d.expression.span)),

@@ -8,7 +8,8 @@ use crate::wire::{ClientMessage, ExecuteRequest, Outcome, ServerMessage};
 /// Every committed schema: its file name under `protocol/schema/` and its text.
 pub fn schemas() -> Vec<(&'static str, String)> {
     fn text(schema: schemars::Schema) -> String {
-        let mut text = serde_json::to_string_pretty(&schema).unwrap_or_else(|_| unreachable!("a schema is JSON"));
+        let mut text =
+            serde_json::to_string_pretty(&schema).unwrap_or_else(|_| unreachable!("a schema is JSON"));
         text.push('\n');
         text
     }

@@ -94,7 +94,8 @@ pub const PROVIDER_NAME_DUPLICATE: Template =
 // ---- The codec's texts ----
 
 /// A binary tag whose fields are not exactly the tag and `data`, both strings.
-pub const BINARY_TAG_SHAPE: &str = "Binary tag must be an object with exactly two string fields, \"__executor_binary_v1__\" and \"data\".";
+pub const BINARY_TAG_SHAPE: &str =
+    "Binary tag must be an object with exactly two string fields, \"__executor_binary_v1__\" and \"data\".";
 
 /// A binary tag naming a kind the codec does not know.
 pub const BINARY_TAG_UNKNOWN_KIND: Template = Template(
@@ -113,8 +114,8 @@ pub const BINARY_TAG_BAD_LENGTH: Template = Template(
 // ---- Code normalization ----
 
 /// The program's code does not parse as any accepted form; says where.
-pub const CODE_SYNTAX_ERROR: Template = Template("SyntaxError in code at line {line}, column {column}: {message}");
+pub const CODE_SYNTAX_ERROR: Template =
+    Template("SyntaxError in code at line {line}, column {column}: {message}");
 
 /// The program tried to import a module; the sandbox loads none.
-pub const CODE_MODULE_SYNTAX: &str =
-    "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";
+pub const CODE_MODULE_SYNTAX: &str = "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";

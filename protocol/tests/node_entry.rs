@@ -57,7 +57,12 @@ fn run_on_node(cases: &[Case]) -> Option<BTreeMap<String, Json>> {
             "could not start `node` ({error}). These checks run the entry source on V8: install Node.js 20, or set CODEMODE_SKIP_NODE=1 to skip them."
         ),
     };
-    child.stdin.take().expect("stdin is piped").write_all(input.to_string().as_bytes()).expect("node reads its input");
+    child
+        .stdin
+        .take()
+        .expect("stdin is piped")
+        .write_all(input.to_string().as_bytes())
+        .expect("node reads its input");
     let output = child.wait_with_output().expect("node runs to the end");
     assert!(output.status.success(), "the Node harness failed: {}", String::from_utf8_lossy(&output.stderr));
     Some(serde_json::from_slice(&output.stdout).expect("the harness writes JSON"))
@@ -69,7 +74,9 @@ fn calls(list: &[[&str; 3]]) -> Json {
 
 #[test]
 fn entry_source_behaves_as_the_guide_says_on_v8() {
-    let tagged = |kind: &str, data: &str| format!(r#"{{"result":{{"__executor_binary_v1__":"{kind}","data":"{data}"}}}}"#);
+    let tagged = |kind: &str, data: &str| {
+        format!(r#"{{"result":{{"__executor_binary_v1__":"{kind}","data":"{data}"}}}}"#)
+    };
     let every_kind = "async () => {
         const kinds = [ArrayBuffer, Uint8Array, Uint8ClampedArray, Int8Array, Uint16Array, Int16Array,
           Uint32Array, Int32Array, Float32Array, Float64Array, BigInt64Array, BigUint64Array];
@@ -205,12 +212,22 @@ fn entry_source_behaves_as_the_guide_says_on_v8() {
     );
     let sent: Vec<Json> = BinaryKind::ALL
         .iter()
-        .map(|k| json!(["store", format!("echo{k}"), format!(r#"[{{"__executor_binary_v1__":"{k}","data":"AQIDBAUGBwg="}}]"#)]))
+        .map(|k| {
+            json!([
+                "store",
+                format!("echo{k}"),
+                format!(r#"[{{"__executor_binary_v1__":"{k}","data":"AQIDBAUGBwg="}}]"#)
+            ])
+        })
         .collect();
     let rebuilt: Vec<Json> =
         BinaryKind::ALL.iter().map(|k| json!([k.name(), k.name(), [1, 2, 3, 4, 5, 6, 7, 8]])).collect();
     expect("every kind both ways", Json::Array(sent), json!({ "result": rebuilt }));
-    expect("an undeclared tool reaches dispatch", calls(&[["store", "nope", "[1]"]]), json!({"result": "nope"}));
+    expect(
+        "an undeclared tool reaches dispatch",
+        calls(&[["store", "nope", "[1]"]]),
+        json!({"result": "nope"}),
+    );
     expect(
         "an undeclared provider reaches dispatch",
         calls(&[["secrets", "read", "[]"]]),

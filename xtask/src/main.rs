@@ -1,1 +1,78 @@
-fn main() {}
+//! `cargo xtask`: the project's automation. `ci` runs every check CI runs; `schema`
+//! writes the wire types' JSON Schemas; `bench` runs the benchmarks.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
+  ci              cargo fmt --check, clippy with warnings denied, every test, the schema drift check
+  schema          write protocol/schema/*.json from the wire types
+  schema --check  fail when protocol/schema/ differs from the wire types
+  bench           run the benchmarks";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let result = match args.as_slice() {
+        ["ci"] => ci(),
+        ["schema"] => schema(false),
+        ["schema", "--check"] => schema(true),
+        ["bench"] => cargo(&["bench", "--workspace"]),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn cargo(args: &[&str]) -> Result<(), String> {
+    eprintln!("xtask: cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .args(args)
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("could not run cargo: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("`cargo {}` failed ({status})", args.join(" "))) }
+}
+
+fn ci() -> Result<(), String> {
+    cargo(&["fmt", "--all", "--check"])?;
+    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
+    cargo(&["test", "--workspace"])?;
+    schema(true)
+}
+
+fn schema(check: bool) -> Result<(), String> {
+    let dir = root().join("protocol/schema");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
+    let mut stale = Vec::new();
+    for (file, text) in codemode_protocol::schema::schemas() {
+        let path = dir.join(file);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        if committed == text {
+            continue;
+        }
+        if check {
+            stale.push(path.display().to_string());
+        } else {
+            std::fs::write(&path, text).map_err(|e| format!("could not write {}: {e}", path.display()))?;
+            eprintln!("xtask: wrote {}", path.display());
+        }
+    }
+    if stale.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("out of date: {}. Run `cargo xtask schema` and commit the result.", stale.join(", ")))
+    }
+}

@@ -1,0 +1,67 @@
+//! Pins every text of `codemode_protocol::texts` to its bytes.
+
+use codemode_protocol::texts::*;
+
+#[test]
+fn the_guides_texts_are_pinned() {
+    assert_eq!(TOOL_NOT_FOUND.fill(&["nope"]), "Tool \"nope\" not found");
+    assert_eq!(EXECUTION_COMPLETED, "Execution has already completed.");
+    assert_eq!(OUTSIDE_ENVELOPE, "The dispatch answered outside the result envelope.");
+    assert_eq!(
+        PROVIDER_NAME_RESERVED.fill(&["console"]),
+        "Provider name \"console\" is reserved. Give the provider a name the entry scope does not bind."
+    );
+    assert_eq!(
+        PROVIDER_NAME_NOT_IDENTIFIER.fill(&["my-store"]),
+        "Provider name \"my-store\" must be ASCII letters, digits, underscore and dollar, and must not start with a digit."
+    );
+    assert_eq!(
+        PROVIDER_NAME_REFUSED.fill(&["class"]),
+        "Provider name \"class\" is on the list this executor refuses: every ECMAScript reserved word, the names strict mode reserves, and async. Pick a name outside it."
+    );
+    assert_eq!(
+        PROVIDER_NAME_DUPLICATE.fill(&["store"]),
+        "Provider name \"store\" is declared twice. Give each provider its own name."
+    );
+}
+
+#[test]
+fn the_codec_and_normalizer_texts_are_pinned() {
+    assert_eq!(
+        BINARY_TAG_SHAPE,
+        "Binary tag must be an object with exactly two string fields, \"__executor_binary_v1__\" and \"data\"."
+    );
+    assert_eq!(
+        BINARY_TAG_UNKNOWN_KIND.fill(&["Uint7Array"]),
+        "Binary tag names \"Uint7Array\", which is not a binary kind. Use ArrayBuffer or a typed array name such as Uint8Array."
+    );
+    assert_eq!(
+        BINARY_TAG_BAD_BASE64.fill(&["Uint8Array"]),
+        "Binary tag \"Uint8Array\" carries data that is not standard padded base64."
+    );
+    assert_eq!(
+        BINARY_TAG_BAD_LENGTH.fill(&["Float64Array", "3", "8"]),
+        "Binary tag \"Float64Array\" carries 3 bytes, which is not a whole number of 8-byte elements."
+    );
+    assert_eq!(
+        CODE_SYNTAX_ERROR.fill(&["2", "5", "Unexpected token"]),
+        "SyntaxError in code at line 2, column 5: Unexpected token"
+    );
+    assert_eq!(
+        CODE_MODULE_SYNTAX,
+        "import and export are not available: the sandbox loads no modules. Reach data through the declared providers."
+    );
+}
+
+#[test]
+fn a_filled_value_is_never_scanned_for_holes() {
+    assert_eq!(TOOL_NOT_FOUND.fill(&["{tool}"]), "Tool \"{tool}\" not found");
+    assert_eq!(
+        TOOL_NOT_FOUND.parts(),
+        vec![
+            TemplatePart::Literal("Tool \""),
+            TemplatePart::Hole("tool"),
+            TemplatePart::Literal("\" not found")
+        ]
+    );
+}

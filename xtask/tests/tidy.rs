@@ -1,0 +1,97 @@
+//! Tidy: the conventions of the workspace, enforced under `cargo test`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+/// Files git knows about (tracked or new, not ignored), relative to the root.
+fn files() -> Vec<PathBuf> {
+    let output = Command::new("git")
+        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+        .current_dir(root())
+        .output()
+        .expect("git lists the files");
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(PathBuf::from)
+        .filter(|p| root().join(p).exists())
+        .collect()
+}
+
+#[test]
+fn every_source_file_opens_with_a_line_saying_what_it_is() {
+    let mut missing = Vec::new();
+    for file in files() {
+        let (prefix, ext) = match file.extension().and_then(|e| e.to_str()) {
+            Some("rs") => ("//!", "rs"),
+            Some("js") => ("//", "js"),
+            _ => continue,
+        };
+        let text = std::fs::read_to_string(root().join(&file)).unwrap();
+        let first = text.lines().find(|l| !(ext == "js" && l.starts_with("#!"))).unwrap_or("");
+        if !first.starts_with(prefix) {
+            missing.push(file.display().to_string());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "these files must open with a `//!` (Rust) or `//` (JS) line saying what they are: {missing:?}"
+    );
+}
+
+#[test]
+fn the_protocol_crate_depends_on_no_runtime_engine_or_io_crate() {
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "-p", "codemode-protocol", "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .current_dir(root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let tree = String::from_utf8(output.stdout).unwrap();
+    let forbidden = [
+        "tokio",
+        "mio",
+        "rquickjs",
+        "v8",
+        "socket2",
+        "hyper",
+        "reqwest",
+        "rustls",
+        "rusqlite",
+        "async-std",
+        "smol",
+        "futures-io",
+        "libc",
+    ];
+    let found: Vec<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| forbidden.contains(name))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "codemode-protocol must stay pure (no I/O, no engine, no runtime), but depends on {found:?}"
+    );
+}
+
+#[test]
+fn readme_has_two_commands_and_ci_runs_the_test_command() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let commands: Vec<&str> =
+        readme.split("```sh\n").skip(1).map(|block| block.split("\n```").next().unwrap()).collect();
+    assert_eq!(
+        commands.len(),
+        2,
+        "README.md shows exactly two set-up commands: the main job, then all tests"
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|line| line.trim() == commands[1]),
+        ".ci/run must call the README's test command `{}`",
+        commands[1]
+    );
+}
