@@ -1,7 +1,9 @@
 //! The entry scope as source text: what an engine evaluates to run one program.
 //!
 //! [`entry_source`] is a pure function from (code, providers) to a strict classic
-//! script. Evaluating it yields a promise of the program's result. Before the program
+//! script. Evaluating it yields a two-element array: the promise of the program's
+//! result, and the codec's `__stringifyForDispatch`, with which the engine writes that
+//! result in the codec's form (`undefined` aside). Before the program
 //! runs it captures its intrinsics, declares one `const` per provider (the generated
 //! proxy, or the provider's `proxySource`), then runs every prelude. An engine needs
 //! only three host functions on its global object:
@@ -90,9 +92,9 @@ pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
         source.push_str(prelude);
         source.push_str("\n;}\n");
     }
-    source.push_str("return (async () => await (\n");
+    source.push_str("return [(async () => await (\n");
     source.push_str(&program);
-    source.push_str("\n)())();\n}).apply(void 0, ((texts, kinds) => {\n");
+    source.push_str("\n)())(), __stringifyForDispatch];\n}).apply(void 0, ((texts, kinds) => {\n");
     source.push_str(CODEC_SOURCE);
     source.push_str("})(");
     source.push_str(&codec_texts());

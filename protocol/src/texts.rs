@@ -119,3 +119,34 @@ pub const CODE_SYNTAX_ERROR: Template =
 
 /// The program tried to import a module; the sandbox loads none.
 pub const CODE_MODULE_SYNTAX: &str = "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";
+
+// ---- Limits and the sandbox ----
+
+/// The run passed its wall-clock limit.
+pub const TIMEOUT: Template = Template("Execution timed out after {ms} ms.");
+
+/// The engine passed its memory limit.
+pub const MEMORY_LIMIT: Template = Template("Execution ran out of memory: the limit is {bytes} bytes.");
+
+/// A call's provider + tool + argsJson passed the payload bound; the call was not delivered.
+pub const PAYLOAD_TOO_LARGE: Template = Template(
+    "Tool call payload is {size} bytes, over the limit of {limit} bytes (provider, tool and arguments together). Send less per call.",
+);
+
+/// The program's result passed the result bound.
+pub const RESULT_TOO_LARGE: Template =
+    Template("Result is over the limit of {limit} bytes. Return less, or return it in parts over several runs.");
+
+/// The last log line, once the logs passed their volume bound.
+pub const LOG_LIMIT_REACHED: Template = Template("[codemode] Log limit of {limit} bytes reached; later logs are dropped.");
+
+/// A call beyond the bound on calls in flight; the call was not delivered.
+pub const TOO_MANY_CALLS_IN_FLIGHT: Template =
+    Template("Too many tool calls in flight: the limit is {limit}. Await some before starting more.");
+
+/// `fetch` when the host gave no outbound handler.
+pub const NETWORK_CLOSED: &str =
+    "Network access is closed for this execution: fetch is refused. Reach data through the declared providers.";
+
+/// The program threw a value whose String conversion itself throws.
+pub const UNPRINTABLE_THROWN_VALUE: &str = "The program threw a value that cannot be converted to a string.";

@@ -65,3 +65,27 @@ fn a_filled_value_is_never_scanned_for_holes() {
         ]
     );
 }
+
+#[test]
+fn the_limit_texts_are_pinned() {
+    assert_eq!(TIMEOUT.fill(&["1000"]), "Execution timed out after 1000 ms.");
+    assert_eq!(MEMORY_LIMIT.fill(&["8388608"]), "Execution ran out of memory: the limit is 8388608 bytes.");
+    assert_eq!(
+        PAYLOAD_TOO_LARGE.fill(&["70", "64"]),
+        "Tool call payload is 70 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call."
+    );
+    assert_eq!(
+        RESULT_TOO_LARGE.fill(&["1024"]),
+        "Result is over the limit of 1024 bytes. Return less, or return it in parts over several runs."
+    );
+    assert_eq!(LOG_LIMIT_REACHED.fill(&["256"]), "[codemode] Log limit of 256 bytes reached; later logs are dropped.");
+    assert_eq!(
+        TOO_MANY_CALLS_IN_FLIGHT.fill(&["4"]),
+        "Too many tool calls in flight: the limit is 4. Await some before starting more."
+    );
+    assert_eq!(
+        NETWORK_CLOSED,
+        "Network access is closed for this execution: fetch is refused. Reach data through the declared providers."
+    );
+    assert_eq!(UNPRINTABLE_THROWN_VALUE, "The program threw a value that cannot be converted to a string.");
+}

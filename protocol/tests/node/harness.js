@@ -5,19 +5,6 @@
 const vm = require('node:vm');
 
 const STANDARD_BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
-const TAG = '__executor_binary_v1__';
-
-// The outcome in the codec's JSON form, for values built inside another realm.
-function encodeOutcomeValue(key, value) {
-  if (value === null || typeof value !== 'object') return value;
-  const kind = Object.prototype.toString.call(value).slice(8, -1);
-  if (ArrayBuffer.isView(value) && kind !== 'DataView') {
-    return { [TAG]: kind, data: Buffer.from(value.buffer, value.byteOffset, value.byteLength).toString('base64') };
-  }
-  if (kind === 'ArrayBuffer') return { [TAG]: kind, data: Buffer.from(value).toString('base64') };
-  return value;
-}
-
 async function runCase(testCase) {
   const calls = [];
   const globalReads = [];
@@ -51,9 +38,9 @@ async function runCase(testCase) {
   }
   let outcome;
   try {
-    const result = await vm.runInContext(testCase.source, context);
-    const json = JSON.stringify(result, encodeOutcomeValue);
-    outcome = json === undefined ? {} : { result: JSON.parse(json) };
+    const [run, stringify] = vm.runInContext(testCase.source, context);
+    const result = await run;
+    outcome = result === undefined ? {} : { result: JSON.parse(stringify(result)) };
   } catch (failure) {
     const isError = failure !== null && typeof failure === 'object' && typeof failure.message === 'string';
     outcome = { error: isError ? failure.message : String(failure) };
