@@ -1,1 +1,40 @@
-//! codemode-executor: runs programs in a fresh sandboxed engine (filled by issue 3).
+//! codemode-executor: runs programs written by language models in a fresh sandboxed
+//! engine, where the only way out is a tool call the host decides on.
+//!
+//! ```no_run
+//! use codemode_executor::{Executor, Request};
+//! use codemode_protocol::{create_envelope_dispatch, Latch, ProviderDescriptor, ToolCall, ToolNotFoundError};
+//!
+//! # async fn run() {
+//! let executor = Executor::default();
+//! let latch = Latch::open();
+//! let _closed = latch.close_on_drop();
+//! let outcome = executor
+//!     .execute(
+//!         Request::new("async () => (await store.listUsers()).length")
+//!             .provider(ProviderDescriptor::new("store", ["listUsers"]))
+//!             .dispatch(create_envelope_dispatch(latch.clone(), |call: ToolCall| async move {
+//!                 match call.tool.as_str() {
+//!                     "listUsers" => Ok(serde_json::json!([{ "id": "ada" }])),
+//!                     other => Err(ToolNotFoundError::new(other)),
+//!                 }
+//!             })),
+//!     )
+//!     .await;
+//! assert_eq!(outcome.to_json_string(), r#"{"result":1,"logs":[]}"#);
+//! # }
+//! ```
+
+mod config;
+mod console;
+mod engine;
+mod executor;
+mod outbound;
+mod request;
+mod worker;
+
+pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
+pub use config::{ExecutorConfig, Limits};
+pub use executor::{Executor, NO_TOKIO_RUNTIME, RetainedExecution};
+pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
+pub use request::Request;

@@ -1,0 +1,2 @@
+//! The `codemode` command line (filled below).
+fn main() {}

@@ -1,0 +1,78 @@
+//! The engine boundary: what a worker asks of an engine, and what an engine tells the host.
+//!
+//! An engine runs one execution: it evaluates the protocol's entry source with the
+//! host functions installed, and reports calls and log lines as [`Event`]s the moment
+//! they happen. The worker feeds it answers and time, and reads its [`Settlement`].
+//! QuickJS (rquickjs) is the engine here; a second engine implements [`Engine`].
+
+pub(crate) mod quickjs;
+
+use std::time::Instant;
+
+use codemode_protocol::{ToolCall, Value};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::config::Limits;
+use crate::outbound::{OutboundRequest, OutboundResponse};
+
+/// Everything an engine needs to start one execution.
+pub(crate) struct Job {
+    pub(crate) execution: u64,
+    pub(crate) entry_source: String,
+    pub(crate) limits: Limits,
+    pub(crate) deadline: Instant,
+    pub(crate) has_dispatch: bool,
+    pub(crate) has_outbound: bool,
+    pub(crate) retain: bool,
+    pub(crate) events: UnboundedSender<Event>,
+}
+
+/// What an engine reports to the execution's host side, in the order it happens.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// One console call, formatted.
+    Log(String),
+    /// A call left the sandbox; answer it with [`CallAnswer`] under the same id.
+    Call { call: u64, request: CallRequest },
+    /// The run ended.
+    Settled(Settlement),
+}
+
+/// A call that left the sandbox.
+#[derive(Debug)]
+pub(crate) enum CallRequest {
+    Tool(ToolCall),
+    Fetch(OutboundRequest),
+}
+
+/// The host's answer to a [`CallRequest`].
+#[derive(Debug)]
+pub(crate) enum CallAnswer {
+    Tool(String),
+    Fetch(Result<OutboundResponse, String>),
+}
+
+/// How a run ended, before the logs are attached.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Settlement {
+    Returned(Option<Value>),
+    Failed(String),
+}
+
+/// One execution's engine, driven by a worker thread.
+pub(crate) trait Engine: Sized {
+    /// A fresh engine that has evaluated the job's entry source and run its microtasks.
+    fn start(job: Job) -> Self;
+    /// Deliver an answer to a pending call, then run microtasks.
+    fn answer(&mut self, call: u64, answer: CallAnswer);
+    /// Run the timers due by `now`, then microtasks.
+    fn fire_due_timers(&mut self, now: Instant);
+    /// When the next timer is due.
+    fn next_timer(&self) -> Option<Instant>;
+    /// How the run ended, once; `None` while it runs.
+    fn take_settlement(&mut self) -> Option<Settlement>;
+    /// Mark the run over while idle (the deadline passed): late calls meet the completion text.
+    fn end(&mut self);
+    /// Bytes the engine holds now.
+    fn memory_used(&self) -> usize;
+}

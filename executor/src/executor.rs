@@ -1,0 +1,218 @@
+//! `Executor::execute`: a request in, an outcome out, the program on a worker thread and
+//! its calls served on the caller's tokio runtime.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
+use std::time::Instant;
+
+use codemode_protocol::{Dispatch, Outcome, entry_source};
+use tokio::runtime::Handle;
+
+use crate::config::ExecutorConfig;
+use crate::engine::quickjs::QuickJs;
+use crate::engine::{CallAnswer, CallRequest, Event, Job, Settlement};
+use crate::outbound::Outbound;
+use crate::request::Request;
+use crate::worker::{WorkerHandle, WorkerMessage};
+
+/// The text of an `execute` called outside a Tokio runtime.
+pub const NO_TOKIO_RUNTIME: &str =
+    "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
+
+/// Runs programs, each in a fresh engine, on a pool of worker threads.
+///
+/// Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ExecutorConfig,
+    workers: Vec<WorkerHandle>,
+    next_execution: AtomicU64,
+}
+
+impl Default for Executor {
+    fn default() -> Executor {
+        Executor::new(ExecutorConfig::default())
+    }
+}
+
+impl Executor {
+    /// An executor with `config`'s workers and default limits.
+    pub fn new(config: ExecutorConfig) -> Executor {
+        let workers = (0..config.workers.max(1)).map(WorkerHandle::spawn::<QuickJs>).collect();
+        Executor { inner: Arc::new(Inner { config, workers, next_execution: AtomicU64::new(1) }) }
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.config
+    }
+
+    /// Engines alive now, retained ones included.
+    pub fn live_engines(&self) -> usize {
+        self.inner.workers.iter().map(|w| w.live.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Run one program in a fresh engine, disposed the moment the run ends.
+    ///
+    /// Never panics and never fails for anything the program does: the outcome says
+    /// `result` or `error`, with the logs either way. Dropping the future ends the
+    /// engine promptly.
+    pub async fn execute(&self, request: Request) -> Outcome {
+        self.run(request, false).await.0
+    }
+
+    /// Run one program and keep its engine after the run ends (`retainHandles`): its
+    /// timers keep firing, and their tool calls meet `Execution has already completed.`
+    /// inside the sandbox without reaching dispatch. The engine goes when the returned
+    /// handle is released or dropped.
+    pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
+        let (outcome, ticket) = self.run(request, true).await;
+        (outcome, RetainedExecution { ticket })
+    }
+
+    async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Ticket>) {
+        let started = Instant::now();
+        let entry = match entry_source(&request.code, &request.providers) {
+            Ok(entry) => entry,
+            Err(refusal) => return (Outcome::error(refusal.to_string(), Vec::new()), None),
+        };
+        let Ok(runtime) = Handle::try_current() else {
+            return (Outcome::error(NO_TOKIO_RUNTIME, Vec::new()), None);
+        };
+        let limits = request.limits(&self.inner.config.limits);
+        let worker = self.pick_worker();
+        let execution = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
+        let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+        let mut ticket = Ticket { inbox: worker.inbox.clone(), execution, armed: true };
+        let job = Job {
+            execution,
+            entry_source: entry,
+            deadline: started + limits.timeout,
+            limits,
+            has_dispatch: request.dispatch.is_some(),
+            has_outbound: request.outbound.is_some(),
+            retain,
+            events,
+        };
+        if worker.inbox.send(WorkerMessage::Start(job)).is_err() {
+            ticket.armed = false;
+            return (Outcome::error(WORKER_GONE, Vec::new()), None);
+        }
+        let mut logs = Vec::new();
+        loop {
+            match incoming.recv().await {
+                Some(Event::Log(line)) => logs.push(line),
+                Some(Event::Call { call, request: call_request }) => {
+                    let answer = serve(&request, call_request);
+                    start_call(&runtime, &ticket, call, answer).await;
+                }
+                Some(Event::Settled(settlement)) => {
+                    let outcome = match settlement {
+                        Settlement::Returned(value) => Outcome::result(value, logs),
+                        Settlement::Failed(text) => Outcome::error(text, logs),
+                    };
+                    if retain {
+                        return (outcome, Some(ticket));
+                    }
+                    ticket.armed = false;
+                    return (outcome, None);
+                }
+                None => {
+                    ticket.armed = false;
+                    return (Outcome::error(WORKER_GONE, logs), None);
+                }
+            }
+        }
+    }
+
+    fn pick_worker(&self) -> &WorkerHandle {
+        let workers = &self.inner.workers;
+        workers.iter().min_by_key(|w| w.live.load(Ordering::Relaxed)).unwrap_or(&workers[0])
+    }
+}
+
+const WORKER_GONE: &str =
+    "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
+
+type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
+
+/// The host's work for one call: the dispatch or the outbound handler.
+fn serve(request: &Request, call: CallRequest) -> AnswerFuture {
+    match call {
+        CallRequest::Tool(tool_call) => {
+            let dispatch: Option<Arc<dyn Dispatch>> = request.dispatch.clone();
+            match dispatch {
+                Some(dispatch) => {
+                    let answer = dispatch.dispatch(tool_call);
+                    Box::pin(async move { CallAnswer::Tool(answer.await) })
+                }
+                None => unreachable_call(),
+            }
+        }
+        CallRequest::Fetch(fetch) => {
+            let outbound: Option<Arc<dyn Outbound>> = request.outbound.clone();
+            match outbound {
+                Some(outbound) => {
+                    let answer = outbound.fetch(fetch);
+                    Box::pin(async move { CallAnswer::Fetch(answer.await) })
+                }
+                None => unreachable_call(),
+            }
+        }
+    }
+}
+
+/// The engine only sends calls the request can serve; answer anything else plainly.
+fn unreachable_call() -> AnswerFuture {
+    Box::pin(async { CallAnswer::Fetch(Err(codemode_protocol::texts::NETWORK_CLOSED.to_owned())) })
+}
+
+/// Start serving a call: poll it once here, so the responder has started before
+/// `execute` can resolve, then let it finish on the caller's runtime.
+async fn start_call(runtime: &Handle, ticket: &Ticket, call: u64, mut answer: AnswerFuture) {
+    let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
+    let (inbox, execution) = (ticket.inbox.clone(), ticket.execution);
+    match first {
+        Poll::Ready(answer) => {
+            let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
+        }
+        Poll::Pending => {
+            runtime.spawn(async move {
+                let answer = answer.await;
+                let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
+            });
+        }
+    }
+}
+
+/// Disposes an execution's engine when dropped, unless disarmed.
+struct Ticket {
+    inbox: std::sync::mpsc::Sender<WorkerMessage>,
+    execution: u64,
+    armed: bool,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = self.inbox.send(WorkerMessage::Cancel(self.execution));
+        }
+    }
+}
+
+/// A retained execution's engine; released explicitly or when dropped.
+pub struct RetainedExecution {
+    ticket: Option<Ticket>,
+}
+
+impl RetainedExecution {
+    /// Dispose the engine now: its timers stop and nothing of it runs again.
+    pub fn release(self) {}
+}

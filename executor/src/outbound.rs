@@ -1,0 +1,47 @@
+//! Outbound: the host's handler for `fetch`. Without one, the network is closed.
+
+use std::future::Future;
+use std::pin::Pin;
+
+/// A `fetch(url, init)` as the program made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboundRequest {
+    /// `GET` unless `init.method` says otherwise (upper-cased).
+    pub method: String,
+    /// The URL, as the program wrote it.
+    pub url: String,
+    /// Header names (lower-cased) and values, in the order given.
+    pub headers: Vec<(String, String)>,
+    /// The body's bytes (a string body as UTF-8); empty for none.
+    pub body: Vec<u8>,
+}
+
+/// What the host answers a `fetch` with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboundResponse {
+    /// The HTTP status.
+    pub status: u16,
+    /// Header names and values.
+    pub headers: Vec<(String, String)>,
+    /// The body's bytes.
+    pub body: Vec<u8>,
+}
+
+/// The future an [`Outbound`] returns; an `Err` rejects the program's `fetch` with that text.
+pub type OutboundFuture = Pin<Box<dyn Future<Output = Result<OutboundResponse, String>> + Send + 'static>>;
+
+/// The host's network policy: it sees every `fetch` and decides.
+pub trait Outbound: Send + Sync + 'static {
+    /// Answer one request.
+    fn fetch(&self, request: OutboundRequest) -> OutboundFuture;
+}
+
+impl<F, Fut> Outbound for F
+where
+    F: Fn(OutboundRequest) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<OutboundResponse, String>> + Send + 'static,
+{
+    fn fetch(&self, request: OutboundRequest) -> OutboundFuture {
+        Box::pin(self(request))
+    }
+}

@@ -1,0 +1,104 @@
+//! The request `execute` takes: the wire's execute request plus what cannot cross a wire
+//! (the dispatch and the outbound handler).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
+
+use crate::config::Limits;
+use crate::outbound::Outbound;
+
+/// One execution: code, providers, the host's dispatch and network policy, and overrides.
+#[derive(Clone)]
+pub struct Request {
+    pub(crate) code: String,
+    pub(crate) providers: Vec<ProviderDescriptor>,
+    pub(crate) dispatch: Option<Arc<dyn Dispatch>>,
+    pub(crate) outbound: Option<Arc<dyn Outbound>>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) memory_limit_bytes: Option<usize>,
+    pub(crate) max_payload_bytes: Option<usize>,
+}
+
+impl Request {
+    /// Run `code` with no providers, no dispatch and the network closed.
+    pub fn new(code: impl Into<String>) -> Request {
+        Request {
+            code: code.into(),
+            providers: Vec::new(),
+            dispatch: None,
+            outbound: None,
+            timeout: None,
+            memory_limit_bytes: None,
+            max_payload_bytes: None,
+        }
+    }
+
+    /// The wire's request, with the dispatch it says it carries (`dispatch: true`).
+    ///
+    /// `retainHandles` is the caller's choice of [`crate::Executor::execute_retained`].
+    pub fn from_wire(wire: ExecuteRequest, dispatch: Option<Arc<dyn Dispatch>>) -> Request {
+        let bytes = |n: Option<u64>| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        Request {
+            code: wire.code,
+            providers: wire.providers,
+            dispatch: if wire.dispatch { dispatch } else { None },
+            outbound: None,
+            timeout: wire.timeout_ms.map(Duration::from_millis),
+            memory_limit_bytes: bytes(wire.memory_limit_bytes),
+            max_payload_bytes: bytes(wire.max_payload_bytes),
+        }
+    }
+
+    /// Declare a provider.
+    pub fn provider(mut self, provider: ProviderDescriptor) -> Request {
+        self.providers.push(provider);
+        self
+    }
+
+    /// Declare providers.
+    pub fn providers(mut self, providers: impl IntoIterator<Item = ProviderDescriptor>) -> Request {
+        self.providers.extend(providers);
+        self
+    }
+
+    /// The host's dispatch; without one every call meets `Tool "<tool>" not found`.
+    pub fn dispatch(mut self, dispatch: impl Dispatch) -> Request {
+        self.dispatch = Some(Arc::new(dispatch));
+        self
+    }
+
+    /// The host's `fetch` handler; without one `fetch` rejects and the network stays closed.
+    pub fn outbound(mut self, outbound: impl Outbound) -> Request {
+        self.outbound = Some(Arc::new(outbound));
+        self
+    }
+
+    /// Override the wall-clock limit.
+    pub fn timeout(mut self, timeout: Duration) -> Request {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Override the memory limit.
+    pub fn memory_limit_bytes(mut self, bytes: usize) -> Request {
+        self.memory_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// Override the payload bound on calls.
+    pub fn max_payload_bytes(mut self, bytes: usize) -> Request {
+        self.max_payload_bytes = Some(bytes);
+        self
+    }
+
+    pub(crate) fn limits(&self, defaults: &Limits) -> Limits {
+        Limits {
+            timeout: self.timeout.unwrap_or(defaults.timeout),
+            memory_limit_bytes: self.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
+            max_payload_bytes: self.max_payload_bytes.unwrap_or(defaults.max_payload_bytes),
+            ..defaults.clone()
+        }
+    }
+}
