@@ -73,11 +73,11 @@ impl Executor {
     /// inside the sandbox without reaching dispatch. The engine goes when the returned
     /// handle is released or dropped.
     pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
-        let (outcome, ticket) = self.run(request, true).await;
-        (outcome, RetainedExecution { ticket })
+        let (outcome, retained) = self.run(request, true).await;
+        (outcome, RetainedExecution { retained })
     }
 
-    async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Ticket>) {
+    async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
         let started = Instant::now();
         let entry = match entry_source(&request.code, &request.providers) {
             Ok(entry) => entry,
@@ -119,7 +119,7 @@ impl Executor {
                         Settlement::Failed(text) => Outcome::error(text, logs),
                     };
                     if retain {
-                        return (outcome, Some(ticket));
+                        return (outcome, Some(Retained { _ticket: ticket, incoming }));
                     }
                     ticket.armed = false;
                     return (outcome, None);
@@ -207,12 +207,31 @@ impl Drop for Ticket {
     }
 }
 
+struct Retained {
+    /// Held for its `Drop`, which disposes the engine.
+    _ticket: Ticket,
+    incoming: tokio::sync::mpsc::UnboundedReceiver<Event>,
+}
+
 /// A retained execution's engine; released explicitly or when dropped.
 pub struct RetainedExecution {
-    ticket: Option<Ticket>,
+    retained: Option<Retained>,
 }
 
 impl RetainedExecution {
+    /// The log lines its timers and handlers wrote since the outcome (or the last call).
+    pub fn late_logs(&mut self) -> Vec<String> {
+        let mut logs = Vec::new();
+        if let Some(retained) = &mut self.retained {
+            while let Ok(event) = retained.incoming.try_recv() {
+                if let Event::Log(line) = event {
+                    logs.push(line);
+                }
+            }
+        }
+        logs
+    }
+
     /// Dispose the engine now: its timers stop and nothing of it runs again.
     pub fn release(self) {}
 }

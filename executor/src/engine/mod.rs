@@ -73,6 +73,4 @@ pub(crate) trait Engine: Sized {
     fn take_settlement(&mut self) -> Option<Settlement>;
     /// Mark the run over while idle (the deadline passed): late calls meet the completion text.
     fn end(&mut self);
-    /// Bytes the engine holds now.
-    fn memory_used(&self) -> usize;
 }

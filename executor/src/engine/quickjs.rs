@@ -50,6 +50,8 @@ struct State {
     next_timer: u64,
     timers: BTreeMap<(Instant, u64), Timer>,
     timer_due: HashMap<u64, Instant>,
+    /// The interval whose callback runs now, and whether the callback cleared it.
+    firing: Option<(u64, bool)>,
     /// The run settled (or ended): calls meet the completion text inside the sandbox.
     over: bool,
     log_bytes: usize,
@@ -130,6 +132,11 @@ impl State {
     }
 
     fn clear_timer(&mut self, id: u64) {
+        if let Some((firing, cleared)) = &mut self.firing {
+            if *firing == id {
+                *cleared = true;
+            }
+        }
         if let Some(due) = self.timer_due.remove(&id) {
             self.timers.remove(&(due, id));
         }
@@ -183,6 +190,7 @@ impl Engine for QuickJs {
             next_timer: 0,
             timers: BTreeMap::new(),
             timer_due: HashMap::new(),
+            firing: None,
             over: false,
             log_bytes: 0,
             logs_stopped: false,
@@ -266,10 +274,6 @@ impl Engine for QuickJs {
     fn end(&mut self) {
         self.state.borrow_mut().over = true;
     }
-
-    fn memory_used(&self) -> usize {
-        usize::try_from(self.runtime.memory_usage().memory_used_size).unwrap_or(0)
-    }
 }
 
 impl QuickJs {
@@ -306,13 +310,15 @@ impl QuickJs {
     }
 
     fn run_timer(&mut self, timer: Timer, now: Instant) {
+        self.state.borrow_mut().firing = Some((timer.id, false));
         let threw = self.context.with(|ctx| -> Option<String> {
             let callback = timer.callback.clone().restore(&ctx).ok()?;
             let args: Vec<JsValue> = timer.args.iter().filter_map(|a| a.clone().restore(&ctx).ok()).collect();
             let result = callback.call::<_, JsValue>((Rest(args),));
             result.err().map(|e| describe_error(&ctx, e))
         });
-        if let Some(interval) = timer.interval {
+        let cleared = matches!(self.state.borrow_mut().firing.take(), Some((_, true)));
+        if let (Some(interval), false) = (timer.interval, cleared) {
             let mut state = self.state.borrow_mut();
             let due = now.max(Instant::now()) + interval;
             state.timer_due.insert(timer.id, due);

@@ -1,6 +1,6 @@
 //! Helpers shared by the executor's tests: a recording dispatch and outcome shorthands.
 
-#![allow(dead_code)]
+#![allow(dead_code, unreachable_pub)]
 
 use std::sync::{Arc, Mutex};
 
