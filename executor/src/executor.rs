@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 use std::time::Instant;
 
@@ -90,7 +90,8 @@ impl Executor {
         let worker = self.pick_worker();
         let execution = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-        let mut ticket = Ticket { inbox: worker.inbox.clone(), execution, armed: true };
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let mut ticket = Ticket { inbox: worker.inbox.clone(), execution, armed: true, cancelled: cancelled.clone() };
         let job = Job {
             execution,
             entry_source: entry,
@@ -100,6 +101,7 @@ impl Executor {
             has_outbound: request.outbound.is_some(),
             retain,
             events,
+            cancelled,
         };
         if worker.inbox.send(WorkerMessage::Start(job)).is_err() {
             ticket.armed = false;
@@ -197,11 +199,14 @@ struct Ticket {
     inbox: std::sync::mpsc::Sender<WorkerMessage>,
     execution: u64,
     armed: bool,
+    cancelled: Arc<AtomicBool>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         if self.armed {
+            // The flag stops a busy engine at its next interrupt check; the message disposes it.
+            self.cancelled.store(true, Ordering::Relaxed);
             let _ = self.inbox.send(WorkerMessage::Cancel(self.execution));
         }
     }

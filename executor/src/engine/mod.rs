@@ -7,6 +7,8 @@
 
 pub(crate) mod quickjs;
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use codemode_protocol::{ToolCall, Value};
@@ -25,6 +27,8 @@ pub(crate) struct Job {
     pub(crate) has_outbound: bool,
     pub(crate) retain: bool,
     pub(crate) events: UnboundedSender<Event>,
+    /// Set when the host drops the execution: the engine stops at its next interrupt check.
+    pub(crate) cancelled: Arc<AtomicBool>,
 }
 
 /// What an engine reports to the execution's host side, in the order it happens.

@@ -8,6 +8,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -174,9 +175,9 @@ impl Engine for QuickJs {
         let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
         runtime.set_memory_limit(limits.memory_limit_bytes);
         runtime.set_max_stack_size(limits.stack_limit_bytes);
-        let (until, flag) = (deadline.clone(), interrupted.clone());
+        let (until, flag, cancelled) = (deadline.clone(), interrupted.clone(), job.cancelled.clone());
         runtime.set_interrupt_handler(Some(Box::new(move || {
-            let over = Instant::now() >= until.get();
+            let over = cancelled.load(Ordering::Relaxed) || Instant::now() >= until.get();
             if over {
                 flag.set(true);
             }
