@@ -120,13 +120,14 @@ fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize
             let Some(entry) = live.get_mut(&execution) else { continue };
             if !entry.settled && now >= entry.deadline {
                 entry.engine.end();
-                let text = texts::TIMEOUT.fill(&[&entry.timeout_ms.to_string()]);
-                let _ = entry.events.send(Event::Settled(Settlement::Failed(text)));
                 entry.settled = true;
+                let text = texts::TIMEOUT.fill(&[&entry.timeout_ms.to_string()]);
+                let events = entry.events.clone();
                 if !entry.retain {
                     live.remove(&execution);
                     live_count.fetch_sub(1, Ordering::Relaxed);
                 }
+                let _ = events.send(Event::Settled(Settlement::Failed(text)));
                 continue;
             }
             if entry.engine.next_timer().is_some_and(|at| at <= now) {
@@ -143,13 +144,16 @@ fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize
 fn report<E: Engine>(live: &mut HashMap<u64, Live<E>>, execution: u64, live_count: &AtomicUsize) {
     let Some(entry) = live.get_mut(&execution) else { return };
     let Some(settlement) = entry.engine.take_settlement() else { return };
-    if !entry.settled {
-        entry.settled = true;
-        let _ = entry.events.send(Event::Settled(settlement));
-    }
+    let first = !entry.settled;
+    entry.settled = true;
+    let events = entry.events.clone();
+    // Dispose before telling the host, so an outcome in hand means the engine is gone.
     if !entry.retain {
         live.remove(&execution);
         live_count.fetch_sub(1, Ordering::Relaxed);
+    }
+    if first {
+        let _ = events.send(Event::Settled(settlement));
     }
 }
 

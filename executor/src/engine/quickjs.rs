@@ -335,6 +335,8 @@ impl QuickJs {
 
     fn settle(&mut self, settlement: Settlement) {
         if self.settlement.is_none() && !self.reported {
+            // Whatever surfaced after an interrupt (QuickJS's own "interrupted"), the run timed out.
+            let settlement = if self.interrupted.get() { self.timeout() } else { settlement };
             self.settlement = Some(settlement);
             self.state.borrow_mut().over = true;
         }
@@ -347,7 +349,7 @@ impl QuickJs {
         }
         let limits = self.state.borrow().job.limits.clone();
         if self.interrupted.get() {
-            return self.settle(Settlement::Failed(texts::TIMEOUT.fill(&[&limits.timeout.as_millis().to_string()])));
+            return self.settle(self.timeout());
         }
         let uncaught = self.state.borrow_mut().uncaught.take();
         if let Some(text) = uncaught {
@@ -370,13 +372,13 @@ impl QuickJs {
             }
         });
         if let Some(settlement) = settlement {
-            let settlement = if self.interrupted.get() {
-                Settlement::Failed(texts::TIMEOUT.fill(&[&limits.timeout.as_millis().to_string()]))
-            } else {
-                settlement
-            };
             self.settle(settlement);
         }
+    }
+
+    fn timeout(&self) -> Settlement {
+        let ms = self.state.borrow().job.limits.timeout.as_millis();
+        Settlement::Failed(texts::TIMEOUT.fill(&[&ms.to_string()]))
     }
 }
 
@@ -432,7 +434,8 @@ fn thrown_text<'js>(ctx: &Ctx<'js>, thrown: &JsValue<'js>, limits: &crate::confi
         if thrown.is_error() {
             let name: String = object.get::<_, Coerced<String>>("name").map(|c| c.0).unwrap_or_default();
             let message = object.get::<_, Coerced<String>>("message").map(|c| c.0).unwrap_or_default();
-            if name == "InternalError" && message == "out of memory" {
+            // QuickJS's string-length bound (2^30 characters) guards memory the same way.
+            if name == "InternalError" && (message == "out of memory" || message == "string too long") {
                 return texts::MEMORY_LIMIT.fill(&[&limits.memory_limit_bytes.to_string()]);
             }
             return message;

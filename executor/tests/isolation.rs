@@ -1,0 +1,94 @@
+//! Isolation and concurrency: fresh engines, a pool that never blocks on the host, prompt drops.
+mod support;
+
+use std::time::{Duration, Instant};
+
+use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_protocol::{ProviderDescriptor, ToolCall, parse_dispatch_arguments};
+use support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_concurrent_executions_of_ten_calls_each_get_their_own_outcomes() {
+    let executor = Executor::default();
+    let dispatch = |call: ToolCall| async move {
+        let args = parse_dispatch_arguments(&call.args_json).unwrap();
+        let (run, step) = (args[0].to_json(), args[1].to_json());
+        tokio::task::yield_now().await;
+        format!(r#"{{"result":"{run}:{step}"}}"#)
+    };
+    let runs = (0..1000).map(|run| {
+        let executor = executor.clone();
+        async move {
+            let code = format!(
+                "async () => {{ const got = []; for (let step = 0; step < 10; step++) got.push(await store.step({run}, step)); return got.join(',') }}"
+            );
+            let outcome = executor
+                .execute(Request::new(code).provider(ProviderDescriptor::new("store", ["step"])).dispatch(dispatch))
+                .await;
+            let expected: Vec<String> = (0..10).map(|step| format!("{run}:{step}")).collect();
+            assert_eq!(json(&outcome), format!(r#"{{"result":"{}","logs":[]}}"#, expected.join(",")));
+        }
+    });
+    let handles: Vec<_> = runs.map(tokio::spawn).collect();
+    for handle in handles {
+        handle.await.unwrap();
+    }
+    assert_eq!(executor.live_engines(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_dispatch_never_blocks_another_execution() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let slow = executor.clone();
+    let slow = tokio::spawn(async move {
+        slow.execute(
+            Request::new("async () => store.slow()")
+                .provider(ProviderDescriptor::new("store", ["slow"]))
+                .dispatch(|_: ToolCall| async {
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    r#"{"result":"slow"}"#.to_owned()
+                }),
+        )
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let quick = executor.execute(Request::new("async () => 'quick'")).await;
+    assert_eq!(json(&quick), r#"{"result":"quick","logs":[]}"#);
+    assert!(started.elapsed() < Duration::from_secs(1), "the quick run waited {:?}", started.elapsed());
+    assert!(!slow.is_finished(), "the slow run is still awaiting its dispatch");
+    assert_eq!(json(&slow.await.unwrap()), r#"{"result":"slow","logs":[]}"#);
+}
+
+#[tokio::test]
+async fn dropping_an_execute_future_ends_its_engine_promptly() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let busy = executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
+    assert!(tokio::time::timeout(Duration::from_millis(100), busy).await.is_err());
+    let dropped = Instant::now();
+    while executor.live_engines() > 0 {
+        assert!(dropped.elapsed() < Duration::from_secs(1), "the engine outlived its dropped execute");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(json(&executor.execute(Request::new("async () => 'next'")).await), r#"{"result":"next","logs":[]}"#);
+}
+
+#[test]
+fn execute_outside_a_tokio_runtime_is_an_error_outcome_not_a_panic() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let outcome = futures_lite_block_on(executor.execute(Request::new("async () => 1")));
+    assert_eq!(outcome.error_text(), Some(codemode_executor::NO_TOKIO_RUNTIME));
+}
+
+/// Drive a future without any runtime (the case under test).
+fn futures_lite_block_on<F: std::future::Future>(future: F) -> F::Output {
+    use std::task::{Context, Poll, Waker};
+    let mut future = std::pin::pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(output) = future.as_mut().poll(&mut cx) {
+            return output;
+        }
+        std::thread::yield_now();
+    }
+}

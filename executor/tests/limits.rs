@@ -1,0 +1,162 @@
+//! Limits: each has a default, a per-request override, a pinned text, and holds.
+mod support;
+
+use std::time::{Duration, Instant};
+
+use codemode_executor::{Executor, ExecutorConfig, Limits, Request};
+use codemode_protocol::{ProviderDescriptor, ToolCall};
+use serde_json::json;
+use support::*;
+
+/// A bound on a guarantee, not a speed measurement: generous for a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_millis(400);
+
+/// Each timed run gets an executor of its own, so other tests' busy programs do not
+/// queue ahead of it on a shared worker.
+async fn timed(request: Request) -> (String, Duration) {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let started = Instant::now();
+    let outcome = executor.execute(request).await;
+    (json(&outcome), started.elapsed())
+}
+
+#[test]
+fn every_limit_has_a_default() {
+    let limits = Limits::default();
+    assert_eq!(limits.timeout, Duration::from_secs(30));
+    assert_eq!(limits.memory_limit_bytes, 64 << 20);
+    assert_eq!(limits.stack_limit_bytes, 1 << 20);
+    assert_eq!(limits.max_payload_bytes, 8 << 20);
+    assert_eq!(limits.max_result_bytes, 8 << 20);
+    assert_eq!(limits.max_log_bytes, 1 << 20);
+    assert_eq!(limits.max_calls_in_flight, 256);
+}
+
+#[tokio::test]
+async fn the_timeout_ends_busy_programs_and_keeps_their_logs() {
+    let programs = [
+        "async () => { console.log('started'); while (true) {} }",
+        "async () => { console.log('started'); await null; while (true) {} }",
+        "async () => { console.log('started'); await new Promise((r) => setTimeout(r, 1)); for (;;) {} }",
+        "async () => { console.log('started'); return /^(a+)+$/.test('a'.repeat(40) + 'b') }",
+    ];
+    for code in programs {
+        let (outcome, elapsed) = timed(Request::new(code).timeout(Duration::from_millis(300))).await;
+        assert_eq!(outcome, r#"{"error":"Execution timed out after 300 ms.","logs":["started"]}"#, "{code}");
+        assert!(elapsed < Duration::from_millis(300) + MARGIN, "{code} took {elapsed:?}");
+    }
+}
+
+#[tokio::test]
+async fn the_timeout_holds_while_the_program_awaits_a_slow_dispatch() {
+    let (outcome, elapsed) = timed(
+        Request::new("async () => { console.log('calling'); return await store.slow() }")
+            .provider(ProviderDescriptor::new("store", ["slow"]))
+            .dispatch(|_: ToolCall| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "{}".to_owned()
+            })
+            .timeout(Duration::from_millis(200)),
+    )
+    .await;
+    assert_eq!(outcome, r#"{"error":"Execution timed out after 200 ms.","logs":["calling"]}"#);
+    assert!(elapsed < Duration::from_millis(200) + MARGIN, "took {elapsed:?}");
+}
+
+#[tokio::test]
+async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() {
+    let bombs = [
+        "async () => { const keep = []; while (true) keep.push(new Array(100000).fill(1)) }",
+        "async () => { let s = 'x'; while (true) s += s }",
+        "async () => { const keep = []; while (true) keep.push(new ArrayBuffer(1 << 20)) }",
+        "async () => new ArrayBuffer(1 << 30)",
+    ];
+    for code in bombs {
+        let outcome = run(Request::new(code).memory_limit_bytes(16 << 20)).await;
+        assert_eq!(
+            json(&outcome),
+            r#"{"error":"Execution ran out of memory: the limit is 16777216 bytes.","logs":[]}"#,
+            "{code}"
+        );
+        assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
+    }
+}
+
+/// QuickJS (quickjs-ng, as rquickjs bundles it) throws what V8 throws here.
+#[tokio::test]
+async fn deep_recursion_is_a_catchable_error_inside_the_program() {
+    let outcome = run(Request::new(
+        "async () => { const f = (n) => f(n + 1) + 1; try { f(0) } catch (e) { return [e.name, e.message] } }",
+    ))
+    .await;
+    assert_eq!(json(&outcome), r#"{"result":["RangeError","Maximum call stack size exceeded"],"logs":[]}"#);
+}
+
+#[tokio::test]
+async fn the_payload_bound_rejects_at_the_call_site_and_never_delivers() {
+    let recorder = Recorder::default();
+    let outcome = run(Request::new(
+        "async () => {
+          await store.ok('x'.repeat(10));
+          try { await store.big('x'.repeat(100)) } catch (e) { return e.message }
+        }",
+    )
+    .provider(ProviderDescriptor::new("store", ["ok", "big"]))
+    .dispatch(recorder.dispatch(|_| "{}".to_owned()))
+    .max_payload_bytes(64))
+    .await;
+    // store + big + ["xxx…"] = 5 + 3 + 104 bytes.
+    assert_eq!(
+        json(&outcome),
+        r#"{"result":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","logs":[]}"#
+    );
+    assert_eq!(recorder.calls(), vec![triple("store", "ok", r#"["xxxxxxxxxx"]"#)]);
+}
+
+fn limited(limits: Limits) -> Executor {
+    Executor::new(ExecutorConfig { workers: 1, limits })
+}
+
+#[tokio::test]
+async fn the_result_bound_ends_the_run_with_the_result_text() {
+    let executor = limited(Limits { max_result_bytes: 1024, ..Limits::default() });
+    let outcome = executor.execute(Request::new("async () => 'x'.repeat(2000)")).await;
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"Result is over the limit of 1024 bytes. Return less, or return it in parts over several runs.","logs":[]}"#
+    );
+    let fits = executor.execute(Request::new("async () => 'x'.repeat(1000)")).await;
+    assert_eq!(fits.error_text(), None);
+}
+
+#[tokio::test]
+async fn log_volume_stops_with_a_marker_line() {
+    let executor = limited(Limits { max_log_bytes: 20, ..Limits::default() });
+    let outcome = executor.execute(Request::new("async () => { for (let i = 0; i < 100; i++) console.log('line ' + i); return 'done' }")).await;
+    assert_eq!(
+        json(&outcome),
+        json!({ "result": "done", "logs": ["line 0", "line 1", "line 2", "[codemode] Log limit of 20 bytes reached; later logs are dropped."] })
+            .to_string()
+    );
+}
+
+#[tokio::test]
+async fn calls_in_flight_are_bounded_per_execution() {
+    let executor = limited(Limits { max_calls_in_flight: 3, ..Limits::default() });
+    let recorder = Recorder::default();
+    let outcome = executor
+        .execute(
+            Request::new(
+                "async () => {
+                  const settled = await Promise.allSettled([1, 2, 3, 4, 5].map((n) => store.slow(n)));
+                  return settled.map((s) => s.status === 'fulfilled' ? 'ok' : s.reason.message);
+                }",
+            )
+            .provider(ProviderDescriptor::new("store", ["slow"]))
+            .dispatch(recorder.dispatch(|_| "{}".to_owned())),
+        )
+        .await;
+    let refused = "Too many tool calls in flight: the limit is 3. Await some before starting more.";
+    assert_eq!(json(&outcome), json!({ "result": ["ok", "ok", "ok", refused, refused], "logs": [] }).to_string());
+    assert_eq!(recorder.calls().len(), 3);
+}
