@@ -19,8 +19,7 @@ use crate::request::Request;
 use crate::worker::{WorkerHandle, WorkerMessage};
 
 /// The text of an `execute` called outside a Tokio runtime.
-pub const NO_TOKIO_RUNTIME: &str =
-    "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
+pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
 
 /// Runs programs, each in a fresh engine, on a pool of worker threads.
 ///
@@ -91,7 +90,8 @@ impl Executor {
         let execution = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
         let cancelled = Arc::new(AtomicBool::new(false));
-        let mut ticket = Ticket { inbox: worker.inbox.clone(), execution, armed: true, cancelled: cancelled.clone() };
+        let mut ticket =
+            Ticket { inbox: worker.inbox.clone(), execution, armed: true, cancelled: cancelled.clone() };
         let job = Job {
             execution,
             entry_source: entry,
@@ -140,8 +140,7 @@ impl Executor {
     }
 }
 
-const WORKER_GONE: &str =
-    "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
+const WORKER_GONE: &str = "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
 
 type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
 

@@ -19,13 +19,16 @@ use crate::engine::{CallAnswer, Engine, Event, Job, Settlement};
 /// Room for QuickJS's own stack limit plus the host frames around it.
 const WORKER_STACK_BYTES: usize = 32 << 20;
 
-const ENGINE_PANICKED: &str =
-    "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
+const ENGINE_PANICKED: &str = "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
 
 /// What a worker is asked to do.
 pub(crate) enum WorkerMessage {
     Start(Job),
-    Answer { execution: u64, call: u64, answer: CallAnswer },
+    Answer {
+        execution: u64,
+        call: u64,
+        answer: CallAnswer,
+    },
     /// The host dropped the execution (or released a retained one): dispose its engine.
     Cancel(u64),
 }
@@ -90,7 +93,10 @@ fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize
                 match guarded(|| E::start(job)) {
                     Some(engine) => {
                         live_count.fetch_add(1, Ordering::Relaxed);
-                        live.insert(execution, Live { engine, deadline, timeout_ms, settled: false, retain, events });
+                        live.insert(
+                            execution,
+                            Live { engine, deadline, timeout_ms, settled: false, retain, events },
+                        );
                     }
                     None => {
                         let _ = events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
@@ -107,12 +113,10 @@ fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize
                     report(&mut live, execution, &live_count);
                 }
             }
-            Some(WorkerMessage::Cancel(execution)) => {
-                if live.remove(&execution).is_some() {
-                    live_count.fetch_sub(1, Ordering::Relaxed);
-                }
+            Some(WorkerMessage::Cancel(execution)) if live.remove(&execution).is_some() => {
+                live_count.fetch_sub(1, Ordering::Relaxed);
             }
-            None => {}
+            Some(WorkerMessage::Cancel(_)) | None => {}
         }
         let now = Instant::now();
         let ids: Vec<u64> = live.keys().copied().collect();

@@ -70,10 +70,14 @@ async fn timers_and_microtasks_run_in_order() {
 
 #[tokio::test]
 async fn nothing_of_the_host_is_reachable() {
-    let code = "async () => ['process', 'require', 'module', 'std', 'os', 'Deno', 'Bun', 'scriptArgs', 'print']
+    let code =
+        "async () => ['process', 'require', 'module', 'std', 'os', 'Deno', 'Bun', 'scriptArgs', 'print']
       .filter((name) => typeof globalThis[name] !== 'undefined')";
     assert_eq!(outcome(code).await, r#"{"result":[],"logs":[]}"#);
-    let import = outcome("async () => { try { await import('os'); return 'loaded' } catch (e) { return e.constructor.name } }").await;
+    let import = outcome(
+        "async () => { try { await import('os'); return 'loaded' } catch (e) { return e.constructor.name } }",
+    )
+    .await;
     assert!(!import.contains("loaded"), "{import}");
 }
 
@@ -90,7 +94,10 @@ async fn the_function_constructor_reaches_only_the_sandbox_global() {
 
 #[tokio::test]
 async fn a_global_written_by_one_execution_is_absent_in_the_next() {
-    assert_eq!(outcome("async () => { globalThis.leak = 'secret'; Array.prototype.poisoned = 1; return 1 }").await, r#"{"result":1,"logs":[]}"#);
+    assert_eq!(
+        outcome("async () => { globalThis.leak = 'secret'; Array.prototype.poisoned = 1; return 1 }").await,
+        r#"{"result":1,"logs":[]}"#
+    );
     assert_eq!(
         outcome("async () => [typeof leak, typeof [].poisoned]").await,
         r#"{"result":["undefined","undefined"],"logs":[]}"#

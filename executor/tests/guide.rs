@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use codemode_executor::Request;
 use codemode_protocol::{
-    Binary, BinaryKind, Bytes, Latch, ProviderDescriptor, ToolCall, ToolNotFoundError, create_envelope_dispatch,
-    parse_dispatch_arguments, parse_dispatch_arguments_as,
+    Binary, BinaryKind, Bytes, Latch, ProviderDescriptor, ToolCall, ToolNotFoundError,
+    create_envelope_dispatch, parse_dispatch_arguments, parse_dispatch_arguments_as,
 };
 use serde_json::json;
 use support::*;
@@ -18,7 +18,8 @@ fn store(tools: &[&str]) -> ProviderDescriptor {
 }
 
 fn echo(call: &ToolCall) -> String {
-    json!({ "result": { "provider": call.provider, "tool": call.tool, "argsJson": call.args_json } }).to_string()
+    json!({ "result": { "provider": call.provider, "tool": call.tool, "argsJson": call.args_json } })
+        .to_string()
 }
 
 // ---- Declaration and dispatch ----
@@ -77,10 +78,11 @@ async fn positional_arguments_as_the_guide_prints_them() {
 #[tokio::test]
 async fn the_options_object_convention() {
     let recorder = Recorder::default();
-    let outcome = run(Request::new("async () => { await store.find({ id: 7 }); await store.all(); return 'ok' }")
-        .provider(store(&["find"]).positional_args(false))
-        .dispatch(recorder.dispatch(|_| "{}".to_owned())))
-    .await;
+    let outcome =
+        run(Request::new("async () => { await store.find({ id: 7 }); await store.all(); return 'ok' }")
+            .provider(store(&["find"]).positional_args(false))
+            .dispatch(recorder.dispatch(|_| "{}".to_owned())))
+        .await;
     assert_eq!(json(&outcome), r#"{"result":"ok","logs":[]}"#);
     assert_eq!(recorder.calls(), vec![triple("store", "find", r#"{"id":7}"#), triple("store", "all", "{}")]);
     assert_eq!(
@@ -126,7 +128,10 @@ async fn a_view_sends_only_its_visible_bytes_and_nested_bytes_cross() {
         recorder.calls(),
         vec![triple("store", "put", r#"[{"deep":[{"__executor_binary_v1__":"Uint8Array","data":"AQI="}]}]"#)]
     );
-    assert_eq!(json(&outcome), r#"{"result":{"__executor_binary_v1__":"Uint8Array","data":"AQID"},"logs":[]}"#);
+    assert_eq!(
+        json(&outcome),
+        r#"{"result":{"__executor_binary_v1__":"Uint8Array","data":"AQID"},"logs":[]}"#
+    );
 }
 
 #[tokio::test]
@@ -141,13 +146,18 @@ async fn every_binary_kind_crosses_both_ways_as_the_same_kind() {
               return [back.constructor.name, back];
             }}"
         );
-        let outcome = run(Request::new(code).provider(store(&["echo"])).dispatch(recorder.dispatch(move |_| {
-            format!(r#"{{"result":{{"__executor_binary_v1__":"{kind}","data":"CAcGBQQDAgE="}}}}"#)
-        })))
-        .await;
+        let outcome =
+            run(Request::new(code).provider(store(&["echo"])).dispatch(recorder.dispatch(move |_| {
+                format!(r#"{{"result":{{"__executor_binary_v1__":"{kind}","data":"CAcGBQQDAgE="}}}}"#)
+            })))
+            .await;
         assert_eq!(
             recorder.calls(),
-            vec![triple("store", "echo", &format!(r#"[{{"__executor_binary_v1__":"{kind}","data":"AQIDBAUGBwg="}}]"#))]
+            vec![triple(
+                "store",
+                "echo",
+                &format!(r#"[{{"__executor_binary_v1__":"{kind}","data":"AQIDBAUGBwg="}}]"#)
+            )]
         );
         let rebuilt = Binary::new(kind, vec![8, 7, 6, 5, 4, 3, 2, 1]).unwrap();
         assert_eq!(
@@ -194,7 +204,8 @@ fn copied_dispatch(latch: Latch) -> impl codemode_protocol::Dispatch {
         if call.provider != "store" {
             return Err(ToolNotFoundError::new(call.tool));
         }
-        let args = parse_dispatch_arguments(&call.args_json).map_err(|_| ToolNotFoundError::new(&call.tool))?;
+        let args =
+            parse_dispatch_arguments(&call.args_json).map_err(|_| ToolNotFoundError::new(&call.tool))?;
         match call.tool.as_str() {
             "listUsers" => Ok(json!([{ "id": "ada" }, { "id": "grace" }])),
             "findUser" => Ok(json!({ "id": args[0].as_str().unwrap_or_default() })),
@@ -271,7 +282,10 @@ async fn without_retain_handles_a_timer_after_the_return_never_fires() {
 
 #[tokio::test]
 async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text() {
-    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
+        workers: 1,
+        ..Default::default()
+    });
     let recorder = Recorder::default();
     let (outcome, mut retained) = executor
         .execute_retained(
@@ -295,7 +309,10 @@ async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
         retained.late_logs(),
-        vec!["1 Execution has already completed.".to_owned(), "2 Execution has already completed.".to_owned()]
+        vec![
+            "1 Execution has already completed.".to_owned(),
+            "2 Execution has already completed.".to_owned()
+        ]
     );
     assert_eq!(recorder.calls(), vec![], "late calls never entered dispatch");
     retained.release();
@@ -305,8 +322,12 @@ async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text
 
 #[tokio::test]
 async fn dropping_a_retained_execution_releases_it() {
-    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig { workers: 1, ..Default::default() });
-    let (_, retained) = executor.execute_retained(Request::new("async () => { setInterval(() => {}, 5); return 1 }")).await;
+    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
+        workers: 1,
+        ..Default::default()
+    });
+    let (_, retained) =
+        executor.execute_retained(Request::new("async () => { setInterval(() => {}, 5); return 1 }")).await;
     assert_eq!(executor.live_engines(), 1);
     drop(retained);
     tokio::time::sleep(Duration::from_millis(50)).await;
@@ -370,7 +391,10 @@ async fn a_refused_tool_is_an_ordinary_error_in_the_program() {
     .provider(store(&["listUsers"]))
     .dispatch(dispatch))
     .await;
-    assert_eq!(json(&outcome), r#"{"result":{"name":"Error","message":"Tool \"nope\" not found"},"logs":[]}"#);
+    assert_eq!(
+        json(&outcome),
+        r#"{"result":{"name":"Error","message":"Tool \"nope\" not found"},"logs":[]}"#
+    );
 }
 
 #[tokio::test]
@@ -381,7 +405,10 @@ async fn an_answer_outside_the_envelope() {
     .provider(store(&["x"]))
     .dispatch(|_call: ToolCall| async { serde_json::to_string("just a string").unwrap() }))
     .await;
-    assert_eq!(json(&outcome), r#"{"result":"The dispatch answered outside the result envelope.","logs":[]}"#);
+    assert_eq!(
+        json(&outcome),
+        r#"{"result":"The dispatch answered outside the result envelope.","logs":[]}"#
+    );
 }
 
 #[tokio::test]
@@ -389,10 +416,11 @@ async fn a_tools_own_message_reaches_the_program_unchanged() {
     let dispatch = create_envelope_dispatch(Latch::open(), |_call: ToolCall| async {
         Err::<(), _>("Order 7 is already shipped; cancel it with store.refund(7) instead.")
     });
-    let outcome = run(Request::new("async () => { try { await store.cancel(7) } catch (e) { return e.message } }")
-        .provider(store(&["cancel"]))
-        .dispatch(dispatch))
-    .await;
+    let outcome =
+        run(Request::new("async () => { try { await store.cancel(7) } catch (e) { return e.message } }")
+            .provider(store(&["cancel"]))
+            .dispatch(dispatch))
+        .await;
     assert_eq!(
         json(&outcome),
         r#"{"result":"Order 7 is already shipped; cancel it with store.refund(7) instead.","logs":[]}"#
@@ -401,8 +429,9 @@ async fn a_tools_own_message_reaches_the_program_unchanged() {
 
 #[tokio::test]
 async fn a_thrown_tool_failure_does_not_end_the_run_uncaught_it_does() {
-    let dispatch =
-        create_envelope_dispatch(Latch::open(), |_call: ToolCall| async { Err::<(), _>("the database is down") });
+    let dispatch = create_envelope_dispatch(Latch::open(), |_call: ToolCall| async {
+        Err::<(), _>("the database is down")
+    });
     let outcome = run(Request::new("async () => { await store.x(); return 'unreached' }")
         .provider(store(&["x"]))
         .dispatch(dispatch))
@@ -459,7 +488,10 @@ async fn proxy_source_without_the_then_guard_hands_awaiting_programs_a_call_name
 #[tokio::test]
 async fn the_four_provider_name_refusals_before_the_program_runs() {
     let cases: [(&[&str], &str); 4] = [
-        (&["console"], "Provider name \"console\" is reserved. Give the provider a name the entry scope does not bind."),
+        (
+            &["console"],
+            "Provider name \"console\" is reserved. Give the provider a name the entry scope does not bind.",
+        ),
         (
             &["my-store"],
             "Provider name \"my-store\" must be ASCII letters, digits, underscore and dollar, and must not start with a digit.",
@@ -496,6 +528,7 @@ async fn a_provider_named_fetch_breaks_only_the_program() {
     .await;
     assert_ne!(QUICKJS_TEXT, V8_TEXT);
     assert_eq!(json(&outcome), json!({ "result": QUICKJS_TEXT, "logs": [] }).to_string());
-    let typeof_fetch = run(Request::new("async () => typeof fetch").provider(ProviderDescriptor::new("fetch", ["x"]))).await;
+    let typeof_fetch =
+        run(Request::new("async () => typeof fetch").provider(ProviderDescriptor::new("fetch", ["x"]))).await;
     assert_eq!(json(&typeof_fetch), r#"{"result":"object","logs":[]}"#);
 }

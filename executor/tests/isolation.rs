@@ -63,14 +63,18 @@ async fn a_slow_dispatch_never_blocks_another_execution() {
 #[tokio::test]
 async fn dropping_an_execute_future_ends_its_engine_promptly() {
     let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
-    let busy = executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
+    let busy =
+        executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
     assert!(tokio::time::timeout(Duration::from_millis(100), busy).await.is_err());
     let dropped = Instant::now();
     while executor.live_engines() > 0 {
         assert!(dropped.elapsed() < Duration::from_secs(1), "the engine outlived its dropped execute");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(json(&executor.execute(Request::new("async () => 'next'")).await), r#"{"result":"next","logs":[]}"#);
+    assert_eq!(
+        json(&executor.execute(Request::new("async () => 'next'")).await),
+        r#"{"result":"next","logs":[]}"#
+    );
 }
 
 #[test]

@@ -132,7 +132,11 @@ async fn the_result_bound_ends_the_run_with_the_result_text() {
 #[tokio::test]
 async fn log_volume_stops_with_a_marker_line() {
     let executor = limited(Limits { max_log_bytes: 20, ..Limits::default() });
-    let outcome = executor.execute(Request::new("async () => { for (let i = 0; i < 100; i++) console.log('line ' + i); return 'done' }")).await;
+    let outcome = executor
+        .execute(Request::new(
+            "async () => { for (let i = 0; i < 100; i++) console.log('line ' + i); return 'done' }",
+        ))
+        .await;
     assert_eq!(
         json(&outcome),
         json!({ "result": "done", "logs": ["line 0", "line 1", "line 2", "[codemode] Log limit of 20 bytes reached; later logs are dropped."] })
@@ -157,6 +161,9 @@ async fn calls_in_flight_are_bounded_per_execution() {
         )
         .await;
     let refused = "Too many tool calls in flight: the limit is 3. Await some before starting more.";
-    assert_eq!(json(&outcome), json!({ "result": ["ok", "ok", "ok", refused, refused], "logs": [] }).to_string());
+    assert_eq!(
+        json(&outcome),
+        json!({ "result": ["ok", "ok", "ok", refused, refused], "logs": [] }).to_string()
+    );
     assert_eq!(recorder.calls().len(), 3);
 }

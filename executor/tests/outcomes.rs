@@ -77,21 +77,33 @@ async fn a_thrown_value_whose_string_conversion_throws_still_gives_a_text() {
 async fn results_in_the_codecs_form() {
     assert_eq!(outcome("async () => {}").await, r#"{"logs":[]}"#);
     assert_eq!(outcome("async () => null").await, r#"{"result":null,"logs":[]}"#);
-    assert_eq!(outcome("async () => ({ b: 1, a: [true, 'x'] })").await, r#"{"result":{"b":1,"a":[true,"x"]},"logs":[]}"#);
+    assert_eq!(
+        outcome("async () => ({ b: 1, a: [true, 'x'] })").await,
+        r#"{"result":{"b":1,"a":[true,"x"]},"logs":[]}"#
+    );
     assert_eq!(
         outcome("async () => new Uint8Array([1, 2, 3]).buffer").await,
         r#"{"result":{"__executor_binary_v1__":"ArrayBuffer","data":"AQID"},"logs":[]}"#
     );
     // An engine text: V8 says "Do not know how to serialize a BigInt" (docs/failures.md).
-    assert_eq!(outcome("async () => 10n").await, r#"{"error":"BigInt are forbidden in JSON.stringify","logs":[]}"#);
+    assert_eq!(
+        outcome("async () => 10n").await,
+        r#"{"error":"BigInt are forbidden in JSON.stringify","logs":[]}"#
+    );
 }
 
 #[tokio::test]
 async fn every_code_form_runs() {
     assert_eq!(outcome("1 + 2").await, r#"{"result":3,"logs":[]}"#);
     assert_eq!(outcome("const x = await Promise.resolve(20)\nx + 1").await, r#"{"result":21,"logs":[]}"#);
-    assert_eq!(outcome("async function main() { return 'declared' }").await, r#"{"result":"declared","logs":[]}"#);
-    assert_eq!(outcome("(function () { return 'expression' })").await, r#"{"result":"expression","logs":[]}"#);
+    assert_eq!(
+        outcome("async function main() { return 'declared' }").await,
+        r#"{"result":"declared","logs":[]}"#
+    );
+    assert_eq!(
+        outcome("(function () { return 'expression' })").await,
+        r#"{"result":"expression","logs":[]}"#
+    );
     assert_eq!(outcome("```js\nasync () => 'fenced'\n```").await, r#"{"result":"fenced","logs":[]}"#);
     assert_eq!(outcome("").await, r#"{"logs":[]}"#);
     assert_eq!(outcome("return 5").await, r#"{"result":5,"logs":[]}"#);

@@ -134,19 +134,20 @@ pub const PAYLOAD_TOO_LARGE: Template = Template(
 );
 
 /// The program's result passed the result bound.
-pub const RESULT_TOO_LARGE: Template =
-    Template("Result is over the limit of {limit} bytes. Return less, or return it in parts over several runs.");
+pub const RESULT_TOO_LARGE: Template = Template(
+    "Result is over the limit of {limit} bytes. Return less, or return it in parts over several runs.",
+);
 
 /// The last log line, once the logs passed their volume bound.
-pub const LOG_LIMIT_REACHED: Template = Template("[codemode] Log limit of {limit} bytes reached; later logs are dropped.");
+pub const LOG_LIMIT_REACHED: Template =
+    Template("[codemode] Log limit of {limit} bytes reached; later logs are dropped.");
 
 /// A call beyond the bound on calls in flight; the call was not delivered.
 pub const TOO_MANY_CALLS_IN_FLIGHT: Template =
     Template("Too many tool calls in flight: the limit is {limit}. Await some before starting more.");
 
 /// `fetch` when the host gave no outbound handler.
-pub const NETWORK_CLOSED: &str =
-    "Network access is closed for this execution: fetch is refused. Reach data through the declared providers.";
+pub const NETWORK_CLOSED: &str = "Network access is closed for this execution: fetch is refused. Reach data through the declared providers.";
 
 /// The program threw a value whose String conversion itself throws.
 pub const UNPRINTABLE_THROWN_VALUE: &str = "The program threw a value that cannot be converted to a string.";

@@ -78,7 +78,10 @@ fn the_limit_texts_are_pinned() {
         RESULT_TOO_LARGE.fill(&["1024"]),
         "Result is over the limit of 1024 bytes. Return less, or return it in parts over several runs."
     );
-    assert_eq!(LOG_LIMIT_REACHED.fill(&["256"]), "[codemode] Log limit of 256 bytes reached; later logs are dropped.");
+    assert_eq!(
+        LOG_LIMIT_REACHED.fill(&["256"]),
+        "[codemode] Log limit of 256 bytes reached; later logs are dropped."
+    );
     assert_eq!(
         TOO_MANY_CALLS_IN_FLIGHT.fill(&["4"]),
         "Too many tool calls in flight: the limit is 4. Await some before starting more."

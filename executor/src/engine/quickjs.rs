@@ -18,7 +18,9 @@ use rquickjs::context::EvalOptions;
 use rquickjs::convert::Coerced;
 use rquickjs::function::{Opt, Rest};
 use rquickjs::promise::PromiseState;
-use rquickjs::{ArrayBuffer, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, TypedArray};
+use rquickjs::{
+    ArrayBuffer, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, TypedArray,
+};
 
 use super::{CallAnswer, CallRequest, Engine, Event, Job, Settlement};
 use crate::console;
@@ -105,7 +107,8 @@ impl State {
 
     fn open_call<'js>(&mut self, ctx: &Ctx<'js>, resolve: Function<'js>, reject: Function<'js>) -> u64 {
         self.next_call += 1;
-        let pending = Pending { resolve: Persistent::save(ctx, resolve), reject: Persistent::save(ctx, reject) };
+        let pending =
+            Pending { resolve: Persistent::save(ctx, resolve), reject: Persistent::save(ctx, reject) };
         self.pending.insert(self.next_call, pending);
         self.next_call
     }
@@ -217,13 +220,15 @@ impl Engine for QuickJs {
     fn answer(&mut self, call: u64, answer: CallAnswer) {
         let Some(pending) = self.state.borrow_mut().pending.remove(&call) else { return };
         self.context.with(|ctx| {
-            let (Ok(resolve), Ok(reject)) = (pending.resolve.restore(&ctx), pending.reject.restore(&ctx)) else {
+            let (Ok(resolve), Ok(reject)) = (pending.resolve.restore(&ctx), pending.reject.restore(&ctx))
+            else {
                 return;
             };
             let _ = match answer {
                 CallAnswer::Tool(text) => resolve.call::<_, ()>((text,)),
-                CallAnswer::Fetch(Ok(response)) => fetch_response(&ctx, response)
-                    .and_then(|value| resolve.call::<_, ()>((value,))),
+                CallAnswer::Fetch(Ok(response)) => {
+                    fetch_response(&ctx, response).and_then(|value| resolve.call::<_, ()>((value,)))
+                }
                 CallAnswer::Fetch(Err(text)) => Exception::from_message(ctx.clone(), &text)
                     .and_then(|error| reject.call::<_, ()>((error,))),
             };
@@ -394,10 +399,8 @@ fn result_settlement<'js>(
         return Settlement::Returned(None);
     }
     let too_large = || Settlement::Failed(texts::RESULT_TOO_LARGE.fill(&[&max_bytes.to_string()]));
-    let written = stringify
-        .clone()
-        .restore(ctx)
-        .and_then(|stringify| stringify.call::<_, rquickjs::String>((value,)));
+    let written =
+        stringify.clone().restore(ctx).and_then(|stringify| stringify.call::<_, rquickjs::String>((value,)));
     let json = match written {
         Ok(json) => json,
         Err(error) => return Settlement::Failed(error_text(ctx, error, limits)),
@@ -444,7 +447,10 @@ fn thrown_text<'js>(ctx: &Ctx<'js>, thrown: &JsValue<'js>, limits: &crate::confi
     console::to_js_string(ctx, thrown).unwrap_or_else(|| texts::UNPRINTABLE_THROWN_VALUE.to_owned())
 }
 
-fn fetch_response<'js>(ctx: &Ctx<'js>, response: crate::outbound::OutboundResponse) -> rquickjs::Result<JsValue<'js>> {
+fn fetch_response<'js>(
+    ctx: &Ctx<'js>,
+    response: crate::outbound::OutboundResponse,
+) -> rquickjs::Result<JsValue<'js>> {
     let headers = serde_json::to_string(&response.headers).unwrap_or_else(|_| "[]".to_owned());
     let array = rquickjs::Array::new(ctx.clone())?;
     array.set(0, response.status)?;
@@ -479,22 +485,24 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
     )?;
     globals.set("__dispatch", dispatch)?;
 
-    let bytes_to_base64 = Function::new(ctx.clone(), |view: TypedArray<'js, u8>| -> rquickjs::Result<String> {
-        // SAFETY: no JavaScript runs while the slice is alive; it is encoded and dropped here.
-        let bytes = unsafe { view.as_bytes() }.unwrap_or_default();
-        Ok(STANDARD.encode(bytes))
-    })?;
+    let bytes_to_base64 =
+        Function::new(ctx.clone(), |view: TypedArray<'js, u8>| -> rquickjs::Result<String> {
+            // SAFETY: no JavaScript runs while the slice is alive; it is encoded and dropped here.
+            let bytes = unsafe { view.as_bytes() }.unwrap_or_default();
+            Ok(STANDARD.encode(bytes))
+        })?;
     globals.set("__bytesToBase64", bytes_to_base64.clone())?;
-    let base64_to_bytes = Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| {
-        match STANDARD.decode(text.0.as_bytes()) {
-            Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
-            Err(_) => Ok(JsValue::new_undefined(ctx)),
-        }
+    let base64_to_bytes = Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| match STANDARD
+        .decode(text.0.as_bytes())
+    {
+        Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
+        Err(_) => Ok(JsValue::new_undefined(ctx)),
     })?;
     globals.set("__base64ToBytes", base64_to_bytes.clone())?;
 
     let shared = state.clone();
-    globals.set("console", console::console_object(ctx, Rc::new(move |line| shared.borrow_mut().log(line)))?)?;
+    globals
+        .set("console", console::console_object(ctx, Rc::new(move |line| shared.borrow_mut().log(line)))?)?;
     install_timers(ctx, &globals, state)?;
 
     // The web globals, built in JavaScript on natives that are not left on the global object.
@@ -530,7 +538,11 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
             "outbound",
             Function::new(
                 ctx.clone(),
-                move |ctx: Ctx<'js>, method: String, url: String, headers: String, body: TypedArray<'js, u8>| {
+                move |ctx: Ctx<'js>,
+                      method: String,
+                      url: String,
+                      headers: String,
+                      body: TypedArray<'js, u8>| {
                     let (promise, resolve, reject) = ctx.promise()?;
                     // SAFETY: no JavaScript runs while the slice is alive; it is copied out here.
                     let body = unsafe { body.as_bytes() }.unwrap_or_default().to_vec();
@@ -557,18 +569,34 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
     Ok(())
 }
 
-fn install_timers<'js>(ctx: &Ctx<'js>, globals: &Object<'js>, state: &Rc<RefCell<State>>) -> rquickjs::Result<()> {
+fn install_timers<'js>(
+    ctx: &Ctx<'js>,
+    globals: &Object<'js>,
+    state: &Rc<RefCell<State>>,
+) -> rquickjs::Result<()> {
     for (name, repeat) in [("setTimeout", false), ("setInterval", true)] {
         let shared = state.clone();
         let set = Function::new(
             ctx.clone(),
-            move |ctx: Ctx<'js>, callback: JsValue<'js>, delay: Opt<Coerced<f64>>, args: Rest<JsValue<'js>>| {
+            move |ctx: Ctx<'js>,
+                  callback: JsValue<'js>,
+                  delay: Opt<Coerced<f64>>,
+                  args: Rest<JsValue<'js>>| {
                 let Some(callback) = callback.into_function() else {
-                    return Err(Exception::throw_type(&ctx, &format!("{name}: the callback must be a function")));
+                    return Err(Exception::throw_type(
+                        &ctx,
+                        &format!("{name}: the callback must be a function"),
+                    ));
                 };
                 let ms = delay.0.map_or(0.0, |d| d.0);
                 let ms = if ms.is_finite() && ms > 0.0 { ms.min(f64::from(i32::MAX)) } else { 0.0 };
-                let id = shared.borrow_mut().add_timer(&ctx, callback, Duration::from_secs_f64(ms / 1000.0), args.0, repeat);
+                let id = shared.borrow_mut().add_timer(
+                    &ctx,
+                    callback,
+                    Duration::from_secs_f64(ms / 1000.0),
+                    args.0,
+                    repeat,
+                );
                 Ok(id as f64)
             },
         )?;

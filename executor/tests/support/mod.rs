@@ -34,7 +34,12 @@ impl Recorder {
     }
 
     pub fn calls(&self) -> Vec<(String, String, String)> {
-        self.calls.lock().unwrap().iter().map(|c| (c.provider.clone(), c.tool.clone(), c.args_json.clone())).collect()
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| (c.provider.clone(), c.tool.clone(), c.args_json.clone()))
+            .collect()
     }
 
     /// A dispatch that records each call and answers with `answer(call)`.

@@ -1,2 +1,0 @@
-//! The `codemode` command line (filled below).
-fn main() {}

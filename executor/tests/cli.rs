@@ -1,0 +1,150 @@
+//! The `codemode` command line: outcomes on stdout, exit codes, the SQLite and fixture stores.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+/// Runs `codemode run` with `code` written to a temporary program file.
+fn codemode(code: &str, args: &[&str]) -> (i32, String, String) {
+    let dir = std::env::temp_dir().join(format!("codemode-cli-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let program = dir.join("program.js");
+    std::fs::write(&program, code).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .arg("run")
+        .arg(&program)
+        .args(args)
+        .output()
+        .expect("codemode runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn rand_suffix() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+fn shop() -> String {
+    examples().join("shop.sql").display().to_string()
+}
+
+#[test]
+fn the_main_job_prints_the_top_customers() {
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["run", &examples().join("top-customers.js").display().to_string(), "--db", &shop()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        concat!(
+            r#"{"result":[{"id":2,"name":"Grace Hopper","orders":1,"spent_cents":13200,"spent":"132.00","avatarBytes":4},"#,
+            r#"{"id":1,"name":"Ada Lovelace","orders":2,"spent_cents":12350,"spent":"123.50","avatarBytes":8},"#,
+            r#"{"id":4,"name":"Katherine Johnson","orders":2,"spent_cents":11300,"spent":"113.00","avatarBytes":4}],"#,
+            r#""logs":["4 tables: customers, order_items, orders, products"]}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn blob_columns_reach_the_program_as_uint8array() {
+    let (code, stdout, _) = codemode(
+        "async () => { const [row] = await db.query('SELECT avatar FROM customers WHERE id = ?', 1); return row.avatar }",
+        &["--db", &shop()],
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (
+            0,
+            "{\"result\":{\"__executor_binary_v1__\":\"Uint8Array\",\"data\":\"iVBORw0KGgo=\"},\"logs\":[]}\n"
+        )
+    );
+}
+
+#[test]
+fn the_db_provider_is_read_only_and_says_what_it_takes() {
+    let (code, stdout, _) = codemode(
+        "async () => {
+          const texts = [];
+          for (const attempt of [() => db.query('DELETE FROM customers'), () => db.schema('nope'), () => db.query(7), () => db.drop()]) {
+            try { await attempt() } catch (e) { texts.push(e.message) }
+          }
+          return [texts, (await db.schema('products')).map((c) => c.name + ':' + c.type + (c.primaryKey ? ':pk' : ''))];
+        }",
+        &["--db", &shop()],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(
+        stdout,
+        concat!(
+            r#"{"result":[["db.query runs read-only statements (SELECT); this one would write.","#,
+            r#""Table \"nope\" does not exist. Call db.tables() for the names.","#,
+            r#""db.query(sql, ...params) takes an SQL string first, then its parameters.","#,
+            r#""Tool \"drop\" not found"],["id:INTEGER:pk","name:TEXT","price_cents:INTEGER"]],"logs":[]}"#,
+            "\n"
+        )
+    );
+}
+
+#[test]
+fn a_fixture_answers_provider_tool_keys() {
+    let dir = std::env::temp_dir().join(format!("codemode-fixture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = dir.join("fixture.json");
+    std::fs::write(&fixture, r#"{"store.listUsers":[{"id":"ada"}],"store.avatar":{"__executor_binary_v1__":"Uint8Array","data":"AQID"}}"#).unwrap();
+    let (code, stdout, _) = codemode(
+        "async () => { const users = await store.listUsers(); const a = await store.avatar(); let missing; try { await store.nope() } catch (e) { missing = e.message } return [users[0].id, a instanceof Uint8Array, missing] }",
+        &["--fixture", &fixture.display().to_string()],
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (0, "{\"result\":[\"ada\",true,\"Tool \\\"nope\\\" not found\"],\"logs\":[]}\n")
+    );
+    std::fs::write(&fixture, r#"{"listUsers": []}"#).unwrap();
+    let (code, stdout, stderr) = codemode("async () => 1", &["--fixture", &fixture.display().to_string()]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert_eq!(
+        stderr,
+        "codemode: the fixture key \"listUsers\" must be \"provider.tool\", such as \"store.listUsers\"\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn exit_codes_say_result_error_or_usage() {
+    let (code, stdout, _) = codemode("async () => { throw new Error('failed') }", &[]);
+    assert_eq!((code, stdout.as_str()), (1, "{\"error\":\"failed\",\"logs\":[]}\n"));
+    let (code, stdout, _) = codemode("async () => { while (true) {} }", &["--timeout-ms", "100"]);
+    assert_eq!(
+        (code, stdout.as_str()),
+        (1, "{\"error\":\"Execution timed out after 100 ms.\",\"logs\":[]}\n")
+    );
+    let (code, _, stderr) = codemode("async () => 1", &["--timeout-ms", "soon"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("invalid value 'soon' for '--timeout-ms <N>'"), "{stderr}");
+    let missing = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["run", "/nonexistent/program.js"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(missing.stderr).unwrap(),
+        "codemode: cannot read the program /nonexistent/program.js: No such file or directory (os error 2). Pass the path of a .js file.\n"
+    );
+    let (code, _, stderr) = codemode("async () => 1", &["--db", "/nonexistent/shop.db"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.starts_with("codemode: cannot open the database /nonexistent/shop.db read-only: "),
+        "{stderr}"
+    );
+}
