@@ -1,20 +1,17 @@
 //! `Executor::execute`: a request in, an outcome out, the program on a worker thread and
 //! its calls served on the caller's tokio runtime.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::task::Poll;
 use std::time::Instant;
 
-use codemode_protocol::{Dispatch, Outcome, entry_source};
+use codemode_protocol::{Outcome, scope_source};
 use tokio::runtime::Handle;
 
 use crate::config::ExecutorConfig;
 use crate::engine::quickjs::QuickJs;
-use crate::engine::{CallAnswer, CallRequest, Event, Job, Settlement};
-use crate::outbound::Outbound;
+use crate::engine::{Event, Job, Settlement};
+use crate::host::{Deliver, Host};
 use crate::request::Request;
 use crate::worker::{WorkerHandle, WorkerMessage};
 
@@ -78,7 +75,7 @@ impl Executor {
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
         let started = Instant::now();
-        let entry = match entry_source(&request.code, &request.providers) {
+        let scope = match scope_source(&request.code, &request.providers) {
             Ok(entry) => entry,
             Err(refusal) => return (Outcome::error(refusal.to_string(), Vec::new()), None),
         };
@@ -92,13 +89,17 @@ impl Executor {
         let cancelled = Arc::new(AtomicBool::new(false));
         let mut ticket =
             Ticket { inbox: worker.inbox.clone(), execution, armed: true, cancelled: cancelled.clone() };
+        let inbox = worker.inbox.clone();
+        let deliver: Deliver = Arc::new(move |call, answer| {
+            let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
+        });
+        let host = Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
         let job = Job {
             execution,
-            entry_source: entry,
+            scope_source: scope,
             deadline: started + limits.timeout,
             limits,
-            has_dispatch: request.dispatch.is_some(),
-            has_outbound: request.outbound.is_some(),
+            host: Arc::new(host),
             retain,
             events,
             cancelled,
@@ -111,10 +112,6 @@ impl Executor {
         loop {
             match incoming.recv().await {
                 Some(Event::Log(line)) => logs.push(line),
-                Some(Event::Call { call, request: call_request }) => {
-                    let answer = serve(&request, call_request);
-                    start_call(&runtime, &ticket, call, answer).await;
-                }
                 Some(Event::Settled(settlement)) => {
                     let outcome = match settlement {
                         Settlement::Returned(value) => Outcome::result(value, logs),
@@ -141,57 +138,6 @@ impl Executor {
 }
 
 const WORKER_GONE: &str = "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
-
-type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
-
-/// The host's work for one call: the dispatch or the outbound handler.
-fn serve(request: &Request, call: CallRequest) -> AnswerFuture {
-    match call {
-        CallRequest::Tool(tool_call) => {
-            let dispatch: Option<Arc<dyn Dispatch>> = request.dispatch.clone();
-            match dispatch {
-                Some(dispatch) => {
-                    let answer = dispatch.dispatch(tool_call);
-                    Box::pin(async move { CallAnswer::Tool(answer.await) })
-                }
-                None => unreachable_call(),
-            }
-        }
-        CallRequest::Fetch(fetch) => {
-            let outbound: Option<Arc<dyn Outbound>> = request.outbound.clone();
-            match outbound {
-                Some(outbound) => {
-                    let answer = outbound.fetch(fetch);
-                    Box::pin(async move { CallAnswer::Fetch(answer.await) })
-                }
-                None => unreachable_call(),
-            }
-        }
-    }
-}
-
-/// The engine only sends calls the request can serve; answer anything else plainly.
-fn unreachable_call() -> AnswerFuture {
-    Box::pin(async { CallAnswer::Fetch(Err(codemode_protocol::texts::NETWORK_CLOSED.to_owned())) })
-}
-
-/// Start serving a call: poll it once here, so the responder has started before
-/// `execute` can resolve, then let it finish on the caller's runtime.
-async fn start_call(runtime: &Handle, ticket: &Ticket, call: u64, mut answer: AnswerFuture) {
-    let first = std::future::poll_fn(|cx| Poll::Ready(answer.as_mut().poll(cx))).await;
-    let (inbox, execution) = (ticket.inbox.clone(), ticket.execution);
-    match first {
-        Poll::Ready(answer) => {
-            let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
-        }
-        Poll::Pending => {
-            runtime.spawn(async move {
-                let answer = answer.await;
-                let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
-            });
-        }
-    }
-}
 
 /// Disposes an execution's engine when dropped, unless disarmed.
 struct Ticket {

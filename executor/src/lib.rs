@@ -29,6 +29,7 @@ mod config;
 mod console;
 mod engine;
 mod executor;
+mod host;
 mod outbound;
 mod request;
 mod worker;

@@ -147,7 +147,15 @@ async fn log_volume_stops_with_a_marker_line() {
 #[tokio::test]
 async fn calls_in_flight_are_bounded_per_execution() {
     let executor = limited(Limits { max_calls_in_flight: 3, ..Limits::default() });
-    let recorder = Recorder::default();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = reached.clone();
+    let slow = move |_: ToolCall| {
+        counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            "{}".to_owned()
+        }
+    };
     let outcome = executor
         .execute(
             Request::new(
@@ -157,7 +165,7 @@ async fn calls_in_flight_are_bounded_per_execution() {
                 }",
             )
             .provider(ProviderDescriptor::new("store", ["slow"]))
-            .dispatch(recorder.dispatch(|_| "{}".to_owned())),
+            .dispatch(slow),
         )
         .await;
     let refused = "Too many tool calls in flight: the limit is 3. Await some before starting more.";
@@ -165,5 +173,5 @@ async fn calls_in_flight_are_bounded_per_execution() {
         json(&outcome),
         json!({ "result": ["ok", "ok", "ok", refused, refused], "logs": [] }).to_string()
     );
-    assert_eq!(recorder.calls().len(), 3);
+    assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 3, "refused calls never reached dispatch");
 }

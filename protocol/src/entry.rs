@@ -63,12 +63,31 @@ impl std::error::Error for EntryError {}
 /// Provider names are checked first (the guide's rules and texts), then the code is
 /// normalized. Provider source (`prelude`, `proxySource`) is the host's and goes in as
 /// written; the engine reports its syntax errors.
+///
+/// The script is [`scope_source`] applied to [`codec_source`]'s bindings. An engine
+/// may evaluate the two parts apart, for instance to compile the codec (the same for
+/// every execution) once.
 pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<String, EntryError> {
+    let scope = scope_source(code, providers)?;
+    let codec = codec_source();
+    let mut source = String::with_capacity(scope.len() + codec.len() + 64);
+    source.push_str("\"use strict\";\n(");
+    source.push_str(&scope);
+    source.push_str(").apply(void 0, ");
+    source.push_str(&codec);
+    source.push_str(");\n");
+    Ok(source)
+}
+
+/// The entry scope alone: a strict function expression whose parameters are
+/// [`ENTRY_BINDINGS`], declaring the providers, running the preludes, and returning
+/// `[promise of the program's result, __stringifyForDispatch]`.
+pub fn scope_source(code: &str, providers: &[ProviderDescriptor]) -> Result<String, EntryError> {
     validate_providers(providers).map_err(EntryError::ProviderName)?;
     let program = normalize_code(code).map_err(EntryError::Syntax)?;
 
-    let mut source = String::with_capacity(CODEC_SOURCE.len() + program.len() + 512);
-    source.push_str("\"use strict\";\n(function (");
+    let mut source = String::with_capacity(program.len() + 256);
+    source.push_str("function (");
     source.push_str(&ENTRY_BINDINGS.join(", "));
     source.push_str(") {\n\"use strict\";\n");
     for provider in providers {
@@ -80,10 +99,7 @@ pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
             None => {
                 let name = &provider.name;
                 let positional = provider.positional_args;
-                source.push_str(&format!(
-                    "const {name} = __providerProxy({}, {positional});\n",
-                    js_string(name)
-                ));
+                source.push_str(&format!("const {name} = __providerProxy({}, {positional});\n", js_string(name)));
             }
         }
     }
@@ -94,14 +110,24 @@ pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
     }
     source.push_str("return [(async () => await (\n");
     source.push_str(&program);
-    source.push_str("\n)())(), __stringifyForDispatch];\n}).apply(void 0, ((texts, kinds) => {\n");
+    source.push_str("\n)())(), __stringifyForDispatch];\n}");
+    Ok(source)
+}
+
+/// The sandbox-side codec: an expression that, evaluated before any program or provider
+/// source, captures its intrinsics and yields the values of [`ENTRY_BINDINGS`] as an array.
+///
+/// It is the same for every execution; it reads [`HOST_FUNCTIONS`] from the global object.
+pub fn codec_source() -> String {
+    let mut source = String::with_capacity(CODEC_SOURCE.len() + 1024);
+    source.push_str("((texts, kinds) => {\n");
     source.push_str(CODEC_SOURCE);
     source.push_str("})(");
     source.push_str(&codec_texts());
     source.push_str(", ");
     source.push_str(&codec_kinds());
-    source.push_str("));\n");
-    Ok(source)
+    source.push(')');
+    source
 }
 
 fn js_string(text: &str) -> String {

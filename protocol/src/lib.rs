@@ -57,7 +57,7 @@ pub use dispatch::{
     Dispatch, DispatchFuture, EnvelopeDispatch, Latch, LatchGuard, ToolCall, ToolNotFoundError,
     create_envelope_dispatch,
 };
-pub use entry::{EntryError, entry_source};
+pub use entry::{EntryError, codec_source, entry_source, scope_source};
 pub use envelope::{Answer, AnswerError, error_envelope, read_answer, result_envelope};
 pub use normalize::{CodeSyntaxError, normalize_code};
 pub use provider::{

@@ -8,7 +8,7 @@ use codemode_protocol::{ProviderDescriptor, entry_source};
 /// The entry scope itself, without the codec body that every source shares.
 fn scope(code: &str, providers: &[ProviderDescriptor]) -> String {
     let source = entry_source(code, providers).unwrap();
-    let end = source.find("}).apply(void 0, ((texts, kinds) => {").expect("the codec follows the scope");
+    let end = source.find(").apply(void 0, ((texts, kinds) => {").expect("the codec follows the scope");
     source[..end].to_owned()
 }
 

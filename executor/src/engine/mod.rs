@@ -1,8 +1,9 @@
 //! The engine boundary: what a worker asks of an engine, and what an engine tells the host.
 //!
-//! An engine runs one execution: it evaluates the protocol's entry source with the
-//! host functions installed, and reports calls and log lines as [`Event`]s the moment
-//! they happen. The worker feeds it answers and time, and reads its [`Settlement`].
+//! An engine runs one execution: it evaluates the protocol's entry scope and codec with
+//! the host functions installed, starts each call on the [`Host`] the moment the
+//! program makes it, and reports log lines as [`Event`]s. The worker feeds it late
+//! answers and time, and reads its [`Settlement`].
 //! QuickJS (rquickjs) is the engine here; a second engine implements [`Engine`].
 
 pub(crate) mod quickjs;
@@ -11,20 +12,21 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-use codemode_protocol::{ToolCall, Value};
+use codemode_protocol::Value;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::config::Limits;
-use crate::outbound::{OutboundRequest, OutboundResponse};
+use crate::host::Host;
+use crate::outbound::OutboundResponse;
 
 /// Everything an engine needs to start one execution.
 pub(crate) struct Job {
     pub(crate) execution: u64,
-    pub(crate) entry_source: String,
+    /// The protocol's entry scope for this program; the codec is the engine's to load.
+    pub(crate) scope_source: String,
     pub(crate) limits: Limits,
     pub(crate) deadline: Instant,
-    pub(crate) has_dispatch: bool,
-    pub(crate) has_outbound: bool,
+    pub(crate) host: Arc<Host>,
     pub(crate) retain: bool,
     pub(crate) events: UnboundedSender<Event>,
     /// Set when the host drops the execution: the engine stops at its next interrupt check.
@@ -36,20 +38,11 @@ pub(crate) struct Job {
 pub(crate) enum Event {
     /// One console call, formatted.
     Log(String),
-    /// A call left the sandbox; answer it with [`CallAnswer`] under the same id.
-    Call { call: u64, request: CallRequest },
     /// The run ended.
     Settled(Settlement),
 }
 
-/// A call that left the sandbox.
-#[derive(Debug)]
-pub(crate) enum CallRequest {
-    Tool(ToolCall),
-    Fetch(OutboundRequest),
-}
-
-/// The host's answer to a [`CallRequest`].
+/// The host's answer to a tool call or a fetch.
 #[derive(Debug)]
 pub(crate) enum CallAnswer {
     Tool(String),

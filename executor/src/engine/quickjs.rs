@@ -8,6 +8,7 @@
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
+use std::sync::OnceLock;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -18,17 +19,54 @@ use rquickjs::context::EvalOptions;
 use rquickjs::convert::Coerced;
 use rquickjs::function::{Opt, Rest};
 use rquickjs::promise::PromiseState;
+use rquickjs::module::WriteOptions;
 use rquickjs::{
-    ArrayBuffer, Context, Ctx, Exception, Function, Object, Persistent, Promise, Runtime, TypedArray,
+    ArrayBuffer, Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,
 };
 
-use super::{CallAnswer, CallRequest, Engine, Event, Job, Settlement};
+use super::{CallAnswer, Engine, Event, Job, Settlement};
 use crate::console;
 use crate::outbound::OutboundRequest;
 
 type JsValue<'js> = rquickjs::Value<'js>;
 
 const SANDBOX_SOURCE: &str = include_str!("sandbox.js");
+
+/// The parts every execution shares, compiled to QuickJS bytecode once per process:
+/// parsing them anew for each engine would cost most of a run.
+struct Compiled {
+    codec: Vec<u8>,
+    sandbox: Vec<u8>,
+}
+
+fn compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
+        let context = Context::full(&runtime).unwrap_or_else(|e| panic!("QuickJS context: {e}"));
+        context.with(|ctx| {
+            let compile = |name: &str, source: String| {
+                Module::declare(ctx.clone(), name, source)
+                    .and_then(|module| module.write(WriteOptions::default()))
+                    .unwrap_or_else(|e| panic!("the built-in source {name} compiles: {e}"))
+            };
+            Compiled {
+                codec: compile("codemode:codec", format!("export default {};", codemode_protocol::codec_source())),
+                sandbox: compile("codemode:sandbox", format!("export default {SANDBOX_SOURCE}")),
+            }
+        })
+    })
+}
+
+/// Evaluate a compiled built-in module and return its default export.
+fn load_compiled<'js, T: rquickjs::FromJs<'js>>(ctx: &Ctx<'js>, bytecode: &[u8]) -> rquickjs::Result<T> {
+    // SAFETY: the bytecode was written by `compiled()` from this build's own sources and
+    // QuickJS; nothing from outside the process is ever loaded.
+    let module = unsafe { Module::load(ctx.clone(), bytecode) }?;
+    let (module, evaluated) = module.eval()?;
+    evaluated.finish::<()>()?;
+    module.get("default")
+}
 
 /// The timeout a retained engine's timer callbacks each get once the run has settled.
 const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
@@ -171,7 +209,7 @@ impl Drop for QuickJs {
 
 impl Engine for QuickJs {
     fn start(mut job: Job) -> QuickJs {
-        let entry_source = std::mem::take(&mut job.entry_source);
+        let scope_source = std::mem::take(&mut job.scope_source);
         let deadline = Rc::new(Cell::new(job.deadline));
         let interrupted = Rc::new(Cell::new(false));
         let limits = job.limits.clone();
@@ -211,7 +249,7 @@ impl Engine for QuickJs {
             context,
             runtime,
         };
-        engine.evaluate(&entry_source);
+        engine.evaluate(&scope_source);
         engine.run_microtasks();
         engine.check_settled();
         engine
@@ -283,19 +321,23 @@ impl Engine for QuickJs {
 }
 
 impl QuickJs {
-    fn evaluate(&mut self, entry_source: &str) {
+    /// Install the host functions, load the codec, then evaluate and call the entry scope.
+    fn evaluate(&mut self, scope_source: &str) {
         let state = self.state.clone();
         let outcome = self.context.with(|ctx| -> Result<(), Settlement> {
-            install_host_functions(&ctx, &state).map_err(|e| Settlement::Failed(describe_error(&ctx, e)))?;
+            let failed = |e| Settlement::Failed(describe_error(&ctx, e));
+            install_host_functions(&ctx, &state).map_err(failed)?;
+            let bindings: rquickjs::Array = load_compiled(&ctx, &compiled().codec).map_err(failed)?;
             let mut options = EvalOptions::default();
             options.global = true;
             options.strict = true;
             options.filename = Some("program.js".to_owned());
-            let pair: rquickjs::Array = ctx
-                .eval_with_options(entry_source.as_bytes().to_vec(), options)
-                .map_err(|e| Settlement::Failed(describe_error(&ctx, e)))?;
-            let run: Promise = pair.get(0).map_err(|e| Settlement::Failed(describe_error(&ctx, e)))?;
-            let stringify: Function = pair.get(1).map_err(|e| Settlement::Failed(describe_error(&ctx, e)))?;
+            let scope: Function =
+                ctx.eval_with_options(format!("({scope_source})"), options).map_err(failed)?;
+            let bindings: Vec<JsValue> = bindings.iter().collect::<rquickjs::Result<_>>().map_err(failed)?;
+            let pair: rquickjs::Array = scope.call((Rest(bindings),)).map_err(failed)?;
+            let run: Promise = pair.get(0).map_err(failed)?;
+            let stringify: Function = pair.get(1).map_err(failed)?;
             self.run = Some(Persistent::save(&ctx, run));
             self.stringify = Some(Persistent::save(&ctx, stringify));
             Ok(())
@@ -447,6 +489,19 @@ fn thrown_text<'js>(ctx: &Ctx<'js>, thrown: &JsValue<'js>, limits: &crate::confi
     console::to_js_string(ctx, thrown).unwrap_or_else(|| texts::UNPRINTABLE_THROWN_VALUE.to_owned())
 }
 
+fn settle_fetch<'js>(
+    ctx: &Ctx<'js>,
+    resolve: &Function<'js>,
+    reject: &Function<'js>,
+    answer: CallAnswer,
+) -> rquickjs::Result<()> {
+    match answer {
+        CallAnswer::Fetch(Ok(response)) => resolve.call((fetch_response(ctx, response)?,)),
+        CallAnswer::Fetch(Err(text)) => reject.call((Exception::from_message(ctx.clone(), &text)?,)),
+        CallAnswer::Tool(_) => Ok(()),
+    }
+}
+
 fn fetch_response<'js>(
     ctx: &Ctx<'js>,
     response: crate::outbound::OutboundResponse,
@@ -473,12 +528,19 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
             if let Some(text) = state.refusal(payload) {
                 drop(state);
                 reject.call::<_, ()>((Exception::from_message(ctx.clone(), &text)?,))?;
-            } else if !state.job.has_dispatch {
+            } else if state.job.host.dispatch.is_none() {
                 drop(state);
                 resolve.call::<_, ()>((error_envelope(&ToolNotFoundError::new(call.tool).to_string()),))?;
             } else {
-                let id = state.open_call(&ctx, resolve, reject);
-                state.send(Event::Call { call: id, request: CallRequest::Tool(call) });
+                let id = state.open_call(&ctx, resolve.clone(), reject);
+                let host = state.job.host.clone();
+                drop(state);
+                if let Some(answer) = host.tool_call(id, call) {
+                    shared.borrow_mut().pending.remove(&id);
+                    if let CallAnswer::Tool(text) = answer {
+                        resolve.call::<_, ()>((text,))?;
+                    }
+                }
             }
             rquickjs::Result::Ok(promise)
         },
@@ -531,7 +593,7 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
             Ok(bytes.iter().map(|&b| char::from(b)).collect())
         })?,
     )?;
-    let has_outbound = state.borrow().job.has_outbound;
+    let has_outbound = state.borrow().job.host.outbound.is_some();
     if has_outbound {
         let shared = state.clone();
         natives.set(
@@ -554,8 +616,13 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
                         drop(state);
                         reject.call::<_, ()>((Exception::from_message(ctx.clone(), &text)?,))?;
                     } else {
-                        let id = state.open_call(&ctx, resolve, reject);
-                        state.send(Event::Call { call: id, request: CallRequest::Fetch(request) });
+                        let id = state.open_call(&ctx, resolve.clone(), reject.clone());
+                        let host = state.job.host.clone();
+                        drop(state);
+                        if let Some(answer) = host.fetch(id, request) {
+                            shared.borrow_mut().pending.remove(&id);
+                            settle_fetch(&ctx, &resolve, &reject, answer)?;
+                        }
                     }
                     rquickjs::Result::Ok(promise)
                 },
@@ -564,7 +631,7 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
     } else {
         natives.set("networkClosed", texts::NETWORK_CLOSED)?;
     }
-    let install: Function = ctx.eval(SANDBOX_SOURCE)?;
+    let install: Function = load_compiled(ctx, &compiled().sandbox)?;
     install.call::<_, ()>((natives,))?;
     Ok(())
 }

@@ -1,0 +1,86 @@
+//! The host side of a call, run from the worker: the first poll happens at the moment the
+//! program makes the call; a call that is not ready at once finishes on the caller's runtime.
+//!
+//! Answering a ready call on the worker saves two thread hand-offs per call. A dispatch
+//! must therefore not block its first poll (do blocking work in `spawn_blocking`), as
+//! any async code must not.
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use codemode_protocol::{Dispatch, ToolCall, error_envelope};
+use tokio::runtime::Handle;
+
+use crate::engine::CallAnswer;
+use crate::outbound::{Outbound, OutboundRequest};
+
+const DISPATCH_PANICKED: &str = "The host's dispatch failed (it panicked) while answering this call.";
+const OUTBOUND_PANICKED: &str = "The host's outbound handler failed (it panicked) while answering this fetch.";
+
+type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
+
+/// Where an answer that arrives later is delivered: the worker's inbox for this execution.
+pub(crate) type Deliver = Arc<dyn Fn(u64, CallAnswer) + Send + Sync>;
+
+/// What the host gave one execution to answer its calls with.
+pub(crate) struct Host {
+    pub(crate) dispatch: Option<Arc<dyn Dispatch>>,
+    pub(crate) outbound: Option<Arc<dyn Outbound>>,
+    pub(crate) runtime: Handle,
+    pub(crate) deliver: Deliver,
+}
+
+impl Host {
+    /// Start a tool call: `Some` when it answered at once, `None` when it goes on (its
+    /// answer is delivered later under `id`). Requires a dispatch.
+    pub(crate) fn tool_call(&self, id: u64, call: ToolCall) -> Option<CallAnswer> {
+        let dispatch = self.dispatch.clone()?;
+        let future: AnswerFuture = Box::pin(async move { CallAnswer::Tool(dispatch.dispatch(call).await) });
+        self.start(id, future, || CallAnswer::Tool(error_envelope(DISPATCH_PANICKED)))
+    }
+
+    /// Start a fetch through the outbound handler, as [`Host::tool_call`].
+    pub(crate) fn fetch(&self, id: u64, request: OutboundRequest) -> Option<CallAnswer> {
+        let outbound = self.outbound.clone()?;
+        let future: AnswerFuture = Box::pin(async move { CallAnswer::Fetch(outbound.fetch(request).await) });
+        self.start(id, future, || CallAnswer::Fetch(Err(OUTBOUND_PANICKED.to_owned())))
+    }
+
+    fn start(&self, id: u64, future: AnswerFuture, panicked: fn() -> CallAnswer) -> Option<CallAnswer> {
+        let mut guarded = Guarded { future, panicked };
+        let first = {
+            let _context = self.runtime.enter();
+            Pin::new(&mut guarded).poll(&mut Context::from_waker(Waker::noop()))
+        };
+        match first {
+            Poll::Ready(answer) => Some(answer),
+            Poll::Pending => {
+                // The spawned task polls again at once, with a waker of its own.
+                let deliver = self.deliver.clone();
+                self.runtime.spawn(async move { deliver(id, guarded.await) });
+                None
+            }
+        }
+    }
+}
+
+/// An answer future whose panic becomes an answer, so a call always settles.
+struct Guarded {
+    future: AnswerFuture,
+    panicked: fn() -> CallAnswer,
+}
+
+impl Future for Guarded {
+    type Output = CallAnswer;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallAnswer> {
+        let panicked = self.panicked;
+        match catch_unwind(AssertUnwindSafe(|| self.future.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(_) => Poll::Ready(panicked()),
+        }
+    }
+}
