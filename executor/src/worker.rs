@@ -151,14 +151,16 @@ fn report<E: Engine>(live: &mut HashMap<u64, Live<E>>, execution: u64, live_coun
     let first = !entry.settled;
     entry.settled = true;
     let events = entry.events.clone();
-    // Dispose before telling the host, so an outcome in hand means the engine is gone.
-    if !entry.retain {
-        live.remove(&execution);
+    // Out of the pool (and the count) before the host hears, so an outcome in hand means
+    // the engine is gone; its memory is freed after the host has the outcome.
+    let disposed = if entry.retain { None } else { live.remove(&execution) };
+    if disposed.is_some() {
         live_count.fetch_sub(1, Ordering::Relaxed);
     }
     if first {
         let _ = events.send(Event::Settled(settlement));
     }
+    drop(disposed);
 }
 
 fn fail<E: Engine>(live: &mut HashMap<u64, Live<E>>, execution: u64, live_count: &AtomicUsize) {

@@ -20,6 +20,7 @@ use rquickjs::convert::Coerced;
 use rquickjs::function::{Opt, Rest};
 use rquickjs::promise::PromiseState;
 use rquickjs::module::WriteOptions;
+use rquickjs::object::Accessor;
 use rquickjs::{
     ArrayBuffer, Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,
 };
@@ -547,30 +548,80 @@ fn install_host_functions<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rq
     )?;
     globals.set("__dispatch", dispatch)?;
 
-    let bytes_to_base64 =
-        Function::new(ctx.clone(), |view: TypedArray<'js, u8>| -> rquickjs::Result<String> {
-            // SAFETY: no JavaScript runs while the slice is alive; it is encoded and dropped here.
-            let bytes = unsafe { view.as_bytes() }.unwrap_or_default();
-            Ok(STANDARD.encode(bytes))
-        })?;
-    globals.set("__bytesToBase64", bytes_to_base64.clone())?;
-    let base64_to_bytes = Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| match STANDARD
-        .decode(text.0.as_bytes())
-    {
-        Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
-        Err(_) => Ok(JsValue::new_undefined(ctx)),
-    })?;
-    globals.set("__base64ToBytes", base64_to_bytes.clone())?;
+    globals.set("__bytesToBase64", bytes_to_base64(ctx)?)?;
+    globals.set("__base64ToBytes", base64_to_bytes(ctx)?)?;
 
     let shared = state.clone();
     globals
         .set("console", console::console_object(ctx, Rc::new(move |line| shared.borrow_mut().log(line)))?)?;
     install_timers(ctx, &globals, state)?;
+    install_web_globals_lazily(&globals, state)
+}
 
-    // The web globals, built in JavaScript on natives that are not left on the global object.
+/// The globals `sandbox.js` defines; most programs use none of them.
+const WEB_GLOBALS: &[&str] = &[
+    "queueMicrotask",
+    "TextEncoder",
+    "TextDecoder",
+    "atob",
+    "btoa",
+    "structuredClone",
+    "Headers",
+    "Response",
+    "fetch",
+];
+
+/// Each web global starts as an accessor that installs them all on first touch: loading
+/// `sandbox.js` for every engine would cost a program that uses none of them ~40 us.
+fn install_web_globals_lazily<'js>(globals: &Object<'js>, state: &Rc<RefCell<State>>) -> rquickjs::Result<()> {
+    let installed = Rc::new(Cell::new(false));
+    for &name in WEB_GLOBALS {
+        let (get_state, get_installed) = (state.clone(), installed.clone());
+        let (set_state, set_installed) = (state.clone(), installed.clone());
+        let get = move |ctx: Ctx<'js>| -> rquickjs::Result<JsValue<'js>> {
+            install_web_globals_once(&ctx, &get_state, &get_installed)?;
+            ctx.globals().get(name)
+        };
+        let set = move |ctx: Ctx<'js>, value: JsValue<'js>| -> rquickjs::Result<()> {
+            install_web_globals_once(&ctx, &set_state, &set_installed)?;
+            ctx.globals().set(name, value)
+        };
+        globals.prop(name, Accessor::new(get, set).configurable())?;
+    }
+    Ok(())
+}
+
+fn install_web_globals_once<'js>(
+    ctx: &Ctx<'js>,
+    state: &Rc<RefCell<State>>,
+    installed: &Cell<bool>,
+) -> rquickjs::Result<()> {
+    if installed.replace(true) {
+        return Ok(());
+    }
+    install_web_globals(ctx, state)
+}
+
+fn bytes_to_base64<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
+    Function::new(ctx.clone(), |view: TypedArray<'js, u8>| -> rquickjs::Result<String> {
+        // SAFETY: no JavaScript runs while the slice is alive; it is encoded and dropped here.
+        let bytes = unsafe { view.as_bytes() }.unwrap_or_default();
+        Ok(STANDARD.encode(bytes))
+    })
+}
+
+fn base64_to_bytes<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
+    Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| match STANDARD.decode(text.0.as_bytes()) {
+        Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
+        Err(_) => Ok(JsValue::new_undefined(ctx)),
+    })
+}
+
+/// The web globals, built in JavaScript on natives that are not left on the global object.
+fn install_web_globals<'js>(ctx: &Ctx<'js>, state: &Rc<RefCell<State>>) -> rquickjs::Result<()> {
     let natives = Object::new(ctx.clone())?;
-    natives.set("bytesToBase64", bytes_to_base64)?;
-    natives.set("base64ToBytes", base64_to_bytes)?;
+    natives.set("bytesToBase64", bytes_to_base64(ctx)?)?;
+    natives.set("base64ToBytes", base64_to_bytes(ctx)?)?;
     natives.set(
         "utf8Encode",
         Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| {
