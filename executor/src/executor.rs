@@ -50,7 +50,7 @@ impl Executor {
         &self.inner.config
     }
 
-    /// Engines alive now, retained ones included.
+    /// Executions holding an engine now or queued to start one, retained ones included.
     pub fn live_engines(&self) -> usize {
         self.inner.workers.iter().map(|w| w.live.load(Ordering::Relaxed)).sum()
     }
@@ -104,7 +104,9 @@ impl Executor {
             events,
             cancelled,
         };
+        worker.live.fetch_add(1, Ordering::Relaxed);
         if worker.inbox.send(WorkerMessage::Start(job)).is_err() {
+            worker.live.fetch_sub(1, Ordering::Relaxed);
             ticket.armed = false;
             return (Outcome::error(WORKER_GONE, Vec::new()), None);
         }

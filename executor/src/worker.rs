@@ -37,6 +37,8 @@ pub(crate) enum WorkerMessage {
 #[derive(Clone)]
 pub(crate) struct WorkerHandle {
     pub(crate) inbox: Sender<WorkerMessage>,
+    /// Executions assigned to this worker and not yet disposed: counted up by the host when
+    /// it sends `Start` (so a burst spreads over the workers), down by the worker.
     pub(crate) live: Arc<AtomicUsize>,
 }
 
@@ -92,13 +94,13 @@ fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize
                 let (deadline, timeout_ms) = (job.deadline, job.limits.timeout.as_millis());
                 match guarded(|| E::start(job)) {
                     Some(engine) => {
-                        live_count.fetch_add(1, Ordering::Relaxed);
                         live.insert(
                             execution,
                             Live { engine, deadline, timeout_ms, settled: false, retain, events },
                         );
                     }
                     None => {
+                        live_count.fetch_sub(1, Ordering::Relaxed);
                         let _ = events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
                         continue;
                     }
