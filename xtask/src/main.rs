@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["schema"] => schema(false),
         ["schema", "--check"] => schema(true),
-        ["bench"] => cargo(&["bench", "--workspace"]),
+        ["bench"] => bench(),
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
@@ -44,6 +44,24 @@ fn cargo(args: &[&str]) -> Result<(), String> {
         .status()
         .map_err(|e| format!("could not run cargo: {e}"))?;
     if status.success() { Ok(()) } else { Err(format!("`cargo {}` failed ({status})", args.join(" "))) }
+}
+
+/// Our benchmarks, then the peers on Node doing the same work, in one run.
+fn bench() -> Result<(), String> {
+    cargo(&["bench", "-p", "codemode-executor"])?;
+    let peers = root().join("executor/benches/peers");
+    run_in(&peers, "npm", &["ci", "--no-audit", "--no-fund"])?;
+    run_in(&peers, "node", &["peers.js"])
+}
+
+fn run_in(dir: &Path, program: &str, args: &[&str]) -> Result<(), String> {
+    eprintln!("xtask: {program} {} (in {})", args.join(" "), dir.display());
+    let status = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .status()
+        .map_err(|e| format!("could not run {program}: {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("`{program} {}` failed ({status})", args.join(" "))) }
 }
 
 fn ci() -> Result<(), String> {
