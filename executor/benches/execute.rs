@@ -12,7 +12,9 @@ fn runtime() -> tokio::runtime::Runtime {
 }
 
 fn calls(n: usize) -> Request {
-    let code = format!("async () => {{ let sum = 0; for (let i = 0; i < {n}; i++) sum += await store.one(i); return sum }}");
+    let code = format!(
+        "async () => {{ let sum = 0; for (let i = 0; i < {n}; i++) sum += await store.one(i); return sum }}"
+    );
     Request::new(code)
         .provider(ProviderDescriptor::new("store", ["one"]))
         .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })

@@ -93,7 +93,8 @@ impl Executor {
         let deliver: Deliver = Arc::new(move |call, answer| {
             let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
         });
-        let host = Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
+        let host =
+            Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
         let job = Job {
             execution,
             scope_source: scope,

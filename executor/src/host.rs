@@ -18,7 +18,8 @@ use crate::engine::CallAnswer;
 use crate::outbound::{Outbound, OutboundRequest};
 
 const DISPATCH_PANICKED: &str = "The host's dispatch failed (it panicked) while answering this call.";
-const OUTBOUND_PANICKED: &str = "The host's outbound handler failed (it panicked) while answering this fetch.";
+const OUTBOUND_PANICKED: &str =
+    "The host's outbound handler failed (it panicked) while answering this fetch.";
 
 type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
 

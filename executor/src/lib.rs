@@ -1,11 +1,11 @@
 //! codemode-executor: runs programs written by language models in a fresh sandboxed
 //! engine, where the only way out is a tool call the host decides on.
 //!
-//! ```no_run
+//! ```
 //! use codemode_executor::{Executor, Request};
 //! use codemode_protocol::{create_envelope_dispatch, Latch, ProviderDescriptor, ToolCall, ToolNotFoundError};
 //!
-//! # async fn run() {
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
 //! let executor = Executor::default();
 //! let latch = Latch::open();
 //! let _closed = latch.close_on_drop();
@@ -22,8 +22,10 @@
 //!     )
 //!     .await;
 //! assert_eq!(outcome.to_json_string(), r#"{"result":1,"logs":[]}"#);
-//! # }
+//! # });
 //! ```
+//!
+//! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
 mod config;
 mod console;
@@ -39,3 +41,9 @@ pub use config::{ExecutorConfig, Limits};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use request::Request;
+
+/// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/tools.md")]
+#[doc = include_str!("../../docs/network.md")]
+pub struct Guides;

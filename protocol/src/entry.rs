@@ -99,7 +99,10 @@ pub fn scope_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
             None => {
                 let name = &provider.name;
                 let positional = provider.positional_args;
-                source.push_str(&format!("const {name} = __providerProxy({}, {positional});\n", js_string(name)));
+                source.push_str(&format!(
+                    "const {name} = __providerProxy({}, {positional});\n",
+                    js_string(name)
+                ));
             }
         }
     }

@@ -18,9 +18,9 @@ use codemode_protocol::{ToolCall, ToolNotFoundError, error_envelope, parse_for_d
 use rquickjs::context::EvalOptions;
 use rquickjs::convert::Coerced;
 use rquickjs::function::{Opt, Rest};
-use rquickjs::promise::PromiseState;
 use rquickjs::module::WriteOptions;
 use rquickjs::object::Accessor;
+use rquickjs::promise::PromiseState;
 use rquickjs::{
     ArrayBuffer, Context, Ctx, Exception, Function, Module, Object, Persistent, Promise, Runtime, TypedArray,
 };
@@ -52,7 +52,10 @@ fn compiled() -> &'static Compiled {
                     .unwrap_or_else(|e| panic!("the built-in source {name} compiles: {e}"))
             };
             Compiled {
-                codec: compile("codemode:codec", format!("export default {};", codemode_protocol::codec_source())),
+                codec: compile(
+                    "codemode:codec",
+                    format!("export default {};", codemode_protocol::codec_source()),
+                ),
                 sandbox: compile("codemode:sandbox", format!("export default {SANDBOX_SOURCE}")),
             }
         })
@@ -573,7 +576,10 @@ const WEB_GLOBALS: &[&str] = &[
 
 /// Each web global starts as an accessor that installs them all on first touch: loading
 /// `sandbox.js` for every engine would cost a program that uses none of them ~40 us.
-fn install_web_globals_lazily<'js>(globals: &Object<'js>, state: &Rc<RefCell<State>>) -> rquickjs::Result<()> {
+fn install_web_globals_lazily<'js>(
+    globals: &Object<'js>,
+    state: &Rc<RefCell<State>>,
+) -> rquickjs::Result<()> {
     let installed = Rc::new(Cell::new(false));
     for &name in WEB_GLOBALS {
         let (get_state, get_installed) = (state.clone(), installed.clone());
@@ -611,9 +617,11 @@ fn bytes_to_base64<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
 }
 
 fn base64_to_bytes<'js>(ctx: &Ctx<'js>) -> rquickjs::Result<Function<'js>> {
-    Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| match STANDARD.decode(text.0.as_bytes()) {
-        Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
-        Err(_) => Ok(JsValue::new_undefined(ctx)),
+    Function::new(ctx.clone(), |ctx: Ctx<'js>, text: Coerced<String>| {
+        match STANDARD.decode(text.0.as_bytes()) {
+            Ok(bytes) => ArrayBuffer::new(ctx, bytes).map(|b| b.into_value()),
+            Err(_) => Ok(JsValue::new_undefined(ctx)),
+        }
     })
 }
 
