@@ -28,7 +28,6 @@
 //! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
 mod config;
-mod console;
 mod engine;
 mod executor;
 mod host;

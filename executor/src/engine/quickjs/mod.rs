@@ -26,7 +26,7 @@ use rquickjs::{
 };
 
 use super::{CallAnswer, Engine, Event, Job, Settlement};
-use crate::console;
+mod console;
 use crate::outbound::OutboundRequest;
 
 type JsValue<'js> = rquickjs::Value<'js>;
