@@ -4,7 +4,7 @@
 //! the host functions installed, starts each call on the [`Host`] the moment the
 //! program makes it, and reports log lines as [`Event`]s. The worker feeds it late
 //! answers and time, and reads its [`Settlement`].
-//! QuickJS (rquickjs) is the engine here; a second engine implements [`Engine`].
+//! QuickJS (`quickjs/`) is the engine here; a second engine implements [`Engine`].
 
 pub(crate) mod quickjs;
 
