@@ -1,19 +1,22 @@
 //! `Executor::execute`: a request in, an outcome out, the program on a worker thread and
 //! its calls served on the caller's tokio runtime.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use codemode_protocol::{Outcome, scope_source};
 use tokio::runtime::Handle;
 
 use crate::config::ExecutorConfig;
-use crate::engine::quickjs::QuickJs;
+use crossbeam_channel::Sender;
+
 use crate::engine::{Event, Job, Settlement};
 use crate::host::{Deliver, Host};
+use crate::pool::Pool;
 use crate::request::Request;
-use crate::worker::{WorkerHandle, WorkerMessage};
+use crate::watchdog::Watch;
+use crate::worker::WorkerMessage;
 
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
@@ -28,7 +31,7 @@ pub struct Executor {
 
 struct Inner {
     config: ExecutorConfig,
-    workers: Vec<WorkerHandle>,
+    pool: Arc<Pool>,
     next_execution: AtomicU64,
 }
 
@@ -41,8 +44,8 @@ impl Default for Executor {
 impl Executor {
     /// An executor with `config`'s workers and default limits.
     pub fn new(config: ExecutorConfig) -> Executor {
-        let workers = (0..config.workers.max(1)).map(WorkerHandle::spawn::<QuickJs>).collect();
-        Executor { inner: Arc::new(Inner { config, workers, next_execution: AtomicU64::new(1) }) }
+        let pool = Pool::new(config.workers);
+        Executor { inner: Arc::new(Inner { config, pool, next_execution: AtomicU64::new(1) }) }
     }
 
     /// The configuration it runs with.
@@ -52,7 +55,7 @@ impl Executor {
 
     /// Executions holding an engine now or queued to start one, retained ones included.
     pub fn live_engines(&self) -> usize {
-        self.inner.workers.iter().map(|w| w.live.load(Ordering::Relaxed)).sum()
+        self.inner.pool.live_engines()
     }
 
     /// Run one program in a fresh engine, disposed the moment the run ends.
@@ -83,37 +86,51 @@ impl Executor {
             return (Outcome::error(NO_TOKIO_RUNTIME, Vec::new()), None);
         };
         let limits = request.limits(&self.inner.config.limits);
-        let worker = self.pick_worker();
         let execution = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let mut ticket =
-            Ticket { inbox: worker.inbox.clone(), execution, armed: true, cancelled: cancelled.clone() };
-        let inbox = worker.inbox.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let home: Arc<OnceLock<Sender<WorkerMessage>>> = Arc::default();
+        let mut ticket = Ticket { home: home.clone(), execution, armed: true, stop: stop.clone() };
+        let answers_home = home.clone();
         let deliver: Deliver = Arc::new(move |call, answer| {
-            let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
+            if let Some(inbox) = answers_home.get() {
+                let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
+            }
         });
         let host =
             Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
+        let deadline = started + limits.timeout;
+        self.inner.pool.watch(Watch {
+            deadline,
+            timeout_ms: limits.timeout.as_millis(),
+            stop: stop.clone(),
+            done: done.clone(),
+            events: events.clone(),
+        });
         let job = Job {
             execution,
             scope_source: scope,
-            deadline: started + limits.timeout,
+            deadline,
             limits,
             host: Arc::new(host),
             retain,
             events,
-            cancelled,
+            stop,
+            home,
         };
-        worker.live.fetch_add(1, Ordering::Relaxed);
-        if worker.inbox.send(WorkerMessage::Start(job)).is_err() {
-            worker.live.fetch_sub(1, Ordering::Relaxed);
+        if !self.inner.pool.submit(job) {
             ticket.armed = false;
             return (Outcome::error(WORKER_GONE, Vec::new()), None);
         }
         let mut logs = Vec::new();
         loop {
-            match incoming.recv().await {
+            let event = incoming.recv().await;
+            // From here on the deadline no longer applies (a retained engine keeps running).
+            if !matches!(event, Some(Event::Log(_))) {
+                done.store(true, Ordering::Release);
+            }
+            match event {
                 Some(Event::Log(line)) => logs.push(line),
                 Some(Event::Settled(settlement)) => {
                     let outcome = match settlement {
@@ -123,8 +140,17 @@ impl Executor {
                     if retain {
                         return (outcome, Some(Retained { _ticket: ticket, incoming }));
                     }
+                    // The worker disposed the engine before it reported; nothing to cancel.
                     ticket.armed = false;
                     return (outcome, None);
+                }
+                Some(Event::TimedOut(text)) => {
+                    // The watchdog answered for an engine that may still be inside a native
+                    // call: the ticket's drop stops and disposes it when it returns.
+                    return (
+                        Outcome::error(text, logs),
+                        retain.then_some(Retained { _ticket: ticket, incoming }),
+                    );
                 }
                 None => {
                     ticket.armed = false;
@@ -133,29 +159,27 @@ impl Executor {
             }
         }
     }
-
-    fn pick_worker(&self) -> &WorkerHandle {
-        let workers = &self.inner.workers;
-        workers.iter().min_by_key(|w| w.live.load(Ordering::Relaxed)).unwrap_or(&workers[0])
-    }
 }
 
 const WORKER_GONE: &str = "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
 
 /// Disposes an execution's engine when dropped, unless disarmed.
 struct Ticket {
-    inbox: std::sync::mpsc::Sender<WorkerMessage>,
+    home: Arc<OnceLock<Sender<WorkerMessage>>>,
     execution: u64,
     armed: bool,
-    cancelled: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         if self.armed {
             // The flag stops a busy engine at its next interrupt check; the message disposes it.
-            self.cancelled.store(true, Ordering::Relaxed);
-            let _ = self.inbox.send(WorkerMessage::Cancel(self.execution));
+            self.stop.store(true, Ordering::Release);
+            // Not started yet: the worker sees the flag and never starts it.
+            if let Some(inbox) = self.home.get() {
+                let _ = inbox.send(WorkerMessage::Cancel(self.execution));
+            }
         }
     }
 }

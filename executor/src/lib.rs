@@ -32,7 +32,9 @@ mod engine;
 mod executor;
 mod host;
 mod outbound;
+mod pool;
 mod request;
+mod watchdog;
 mod worker;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};

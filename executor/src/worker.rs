@@ -1,29 +1,30 @@
 //! Worker threads: each hosts many live engines and drives them by messages and time.
 //!
-//! A worker never waits on the host: a call leaves as an event and its answer comes
-//! back as a message, so while one execution awaits a slow dispatch the worker runs
-//! the others. It sleeps until the next message, timer or deadline.
+//! A worker never waits on the host: a call that is not answered at once comes back as
+//! a message, so while one execution awaits a slow dispatch the worker runs the others.
+//! It takes new jobs from the pool's shared queue and sleeps until the next job,
+//! message, timer or deadline.
 
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
 use codemode_protocol::texts;
+use crossbeam_channel::{Receiver, Select};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::engine::{CallAnswer, Engine, Event, Job, Settlement};
+use crate::pool::WorkerState;
 
 /// Room for QuickJS's own stack limit plus the host frames around it.
 const WORKER_STACK_BYTES: usize = 32 << 20;
 
 const ENGINE_PANICKED: &str = "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
 
-/// What a worker is asked to do.
+/// What a worker is told about the executions it hosts.
 pub(crate) enum WorkerMessage {
-    Start(Job),
     Answer {
         execution: u64,
         call: u64,
@@ -33,27 +34,30 @@ pub(crate) enum WorkerMessage {
     Cancel(u64),
 }
 
-/// The host side's handle on one worker thread.
-#[derive(Clone)]
-pub(crate) struct WorkerHandle {
-    pub(crate) inbox: Sender<WorkerMessage>,
-    /// Executions assigned to this worker and not yet disposed: counted up by the host when
-    /// it sends `Start` (so a burst spreads over the workers), down by the worker.
-    pub(crate) live: Arc<AtomicUsize>,
-}
-
-impl WorkerHandle {
-    pub(crate) fn spawn<E: Engine + 'static>(index: usize) -> WorkerHandle {
-        let (inbox, messages) = std::sync::mpsc::channel();
-        let live = Arc::new(AtomicUsize::new(0));
-        let count = live.clone();
-        std::thread::Builder::new()
-            .name(format!("codemode-worker-{index}"))
-            .stack_size(WORKER_STACK_BYTES)
-            .spawn(move || run::<E>(messages, count))
-            .unwrap_or_else(|e| panic!("could not start a worker thread: {e}"));
-        WorkerHandle { inbox, live }
-    }
+pub(crate) fn spawn<E: Engine + 'static>(
+    index: usize,
+    jobs: Receiver<Job>,
+    epoch: Instant,
+) -> Arc<WorkerState> {
+    let (inbox, messages) = crossbeam_channel::unbounded();
+    let state = Arc::new(WorkerState {
+        inbox,
+        busy_since: AtomicU64::new(0),
+        retiring: AtomicBool::new(false),
+        exited: AtomicBool::new(false),
+        live: AtomicUsize::new(0),
+        epoch,
+    });
+    let me = state.clone();
+    std::thread::Builder::new()
+        .name(format!("codemode-worker-{index}"))
+        .stack_size(WORKER_STACK_BYTES)
+        .spawn(move || {
+            Worker::<E> { me: me.clone(), live: HashMap::new() }.run(&jobs, &messages);
+            me.exited.store(true, Ordering::Release);
+        })
+        .unwrap_or_else(|e| panic!("could not start a worker thread: {e}"));
+    state
 }
 
 struct Live<E> {
@@ -65,111 +69,152 @@ struct Live<E> {
     events: UnboundedSender<Event>,
 }
 
-fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
-    catch_unwind(AssertUnwindSafe(f)).ok()
+struct Worker<E> {
+    me: Arc<WorkerState>,
+    live: HashMap<u64, Live<E>>,
 }
 
-fn run<E: Engine>(messages: Receiver<WorkerMessage>, live_count: Arc<AtomicUsize>) {
-    let mut live: HashMap<u64, Live<E>> = HashMap::new();
-    loop {
-        let wake = live
+enum Next {
+    Job(Job),
+    Message(WorkerMessage),
+    Time,
+    Exit,
+}
+
+impl<E: Engine> Worker<E> {
+    fn run(&mut self, jobs: &Receiver<Job>, messages: &Receiver<WorkerMessage>) {
+        let mut jobs_open = true;
+        loop {
+            let taking = jobs_open && !self.me.retiring.load(Ordering::Acquire);
+            if !taking && self.live.is_empty() {
+                return;
+            }
+            match self.next(taking.then_some(jobs), messages) {
+                Next::Job(job) => self.start(job),
+                Next::Message(WorkerMessage::Answer { execution, call, answer }) => {
+                    self.drive(execution, |engine| engine.answer(call, answer));
+                }
+                Next::Message(WorkerMessage::Cancel(execution)) => self.dispose(execution),
+                Next::Time => {}
+                Next::Exit => jobs_open = false,
+            }
+            self.tick();
+        }
+    }
+
+    /// Wait for a job, a message, or the next timer or deadline.
+    fn next(&self, jobs: Option<&Receiver<Job>>, messages: &Receiver<WorkerMessage>) -> Next {
+        let wake = self
+            .live
             .values()
             .flat_map(|l| [(!l.settled).then_some(l.deadline), l.engine.next_timer()])
             .flatten()
             .min();
-        let message = match wake {
-            None => match messages.recv() {
-                Ok(message) => Some(message),
-                Err(_) => break,
+        let mut select = Select::new();
+        let message_index = select.recv(messages);
+        let job_index = jobs.map(|jobs| select.recv(jobs));
+        let selected = match wake {
+            Some(at) => match select.select_deadline(at) {
+                Ok(selected) => selected,
+                Err(_) => return Next::Time,
             },
-            Some(at) => match messages.recv_timeout(at.saturating_duration_since(Instant::now())) {
-                Ok(message) => Some(message),
-                Err(RecvTimeoutError::Timeout) => None,
-                Err(RecvTimeoutError::Disconnected) => break,
-            },
+            None => select.select(),
         };
-        match message {
-            Some(WorkerMessage::Start(job)) => {
-                let (execution, events, retain) = (job.execution, job.events.clone(), job.retain);
-                let (deadline, timeout_ms) = (job.deadline, job.limits.timeout.as_millis());
-                match guarded(|| E::start(job)) {
-                    Some(engine) => {
-                        live.insert(
-                            execution,
-                            Live { engine, deadline, timeout_ms, settled: false, retain, events },
-                        );
-                    }
-                    None => {
-                        live_count.fetch_sub(1, Ordering::Relaxed);
-                        let _ = events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
-                        continue;
-                    }
-                }
-                report(&mut live, execution, &live_count);
-            }
-            Some(WorkerMessage::Answer { execution, call, answer }) => {
-                if let Some(entry) = live.get_mut(&execution) {
-                    if guarded(|| entry.engine.answer(call, answer)).is_none() {
-                        fail(&mut live, execution, &live_count);
-                    }
-                    report(&mut live, execution, &live_count);
-                }
-            }
-            Some(WorkerMessage::Cancel(execution)) if live.remove(&execution).is_some() => {
-                live_count.fetch_sub(1, Ordering::Relaxed);
-            }
-            Some(WorkerMessage::Cancel(_)) | None => {}
+        if selected.index() == message_index {
+            return selected.recv(messages).map_or(Next::Time, Next::Message);
         }
+        match (jobs, job_index) {
+            (Some(jobs), Some(index)) if selected.index() == index => {
+                selected.recv(jobs).map_or(Next::Exit, Next::Job)
+            }
+            _ => Next::Time,
+        }
+    }
+
+    fn start(&mut self, job: Job) {
+        if job.stop.load(Ordering::Acquire) {
+            return; // dropped by the host (or past its deadline) before it started
+        }
+        let _ = job.home.set(self.me.inbox.clone());
+        let (execution, events, retain) = (job.execution, job.events.clone(), job.retain);
+        let (deadline, timeout_ms) = (job.deadline, job.limits.timeout.as_millis());
+        self.me.live.fetch_add(1, Ordering::Relaxed);
+        self.me.enter_engine();
+        let started = catch_unwind(AssertUnwindSafe(|| E::start(job)));
+        self.me.leave_engine();
+        match started {
+            Ok(engine) => {
+                self.live
+                    .insert(execution, Live { engine, deadline, timeout_ms, settled: false, retain, events });
+                self.report(execution);
+            }
+            Err(_) => {
+                self.me.live.fetch_sub(1, Ordering::Relaxed);
+                let _ = events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
+            }
+        }
+    }
+
+    /// Run `f` on an execution's engine; a panic inside fails that execution only.
+    fn drive(&mut self, execution: u64, f: impl FnOnce(&mut E)) {
+        let Some(entry) = self.live.get_mut(&execution) else { return };
+        self.me.enter_engine();
+        let ok = catch_unwind(AssertUnwindSafe(|| f(&mut entry.engine))).is_ok();
+        self.me.leave_engine();
+        if ok {
+            self.report(execution);
+        } else if let Some(entry) = self.live.remove(&execution) {
+            self.me.live.fetch_sub(1, Ordering::Relaxed);
+            if !entry.settled {
+                let _ = entry.events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
+            }
+        }
+    }
+
+    /// Fire due timers and end executions whose deadline passed while idle.
+    fn tick(&mut self) {
         let now = Instant::now();
-        let ids: Vec<u64> = live.keys().copied().collect();
+        let ids: Vec<u64> = self.live.keys().copied().collect();
         for execution in ids {
-            let Some(entry) = live.get_mut(&execution) else { continue };
+            let Some(entry) = self.live.get_mut(&execution) else { continue };
             if !entry.settled && now >= entry.deadline {
                 entry.engine.end();
                 entry.settled = true;
                 let text = texts::TIMEOUT.fill(&[&entry.timeout_ms.to_string()]);
-                let events = entry.events.clone();
+                let _ = entry.events.send(Event::Settled(Settlement::Failed(text)));
                 if !entry.retain {
-                    live.remove(&execution);
-                    live_count.fetch_sub(1, Ordering::Relaxed);
+                    self.dispose(execution);
                 }
-                let _ = events.send(Event::Settled(Settlement::Failed(text)));
                 continue;
             }
             if entry.engine.next_timer().is_some_and(|at| at <= now) {
-                if guarded(|| entry.engine.fire_due_timers(now)).is_none() {
-                    fail(&mut live, execution, &live_count);
-                }
-                report(&mut live, execution, &live_count);
+                self.drive(execution, |engine| engine.fire_due_timers(now));
             }
         }
     }
-}
 
-/// Send the settlement if the run just ended; dispose the engine unless it is retained.
-fn report<E: Engine>(live: &mut HashMap<u64, Live<E>>, execution: u64, live_count: &AtomicUsize) {
-    let Some(entry) = live.get_mut(&execution) else { return };
-    let Some(settlement) = entry.engine.take_settlement() else { return };
-    let first = !entry.settled;
-    entry.settled = true;
-    let events = entry.events.clone();
-    // Out of the pool (and the count) before the host hears, so an outcome in hand means
-    // the engine is gone; its memory is freed after the host has the outcome.
-    let disposed = if entry.retain { None } else { live.remove(&execution) };
-    if disposed.is_some() {
-        live_count.fetch_sub(1, Ordering::Relaxed);
+    /// Send the settlement if the run just ended; dispose the engine unless retained.
+    fn report(&mut self, execution: u64) {
+        let Some(entry) = self.live.get_mut(&execution) else { return };
+        let Some(settlement) = entry.engine.take_settlement() else { return };
+        let first = !entry.settled;
+        entry.settled = true;
+        let events = entry.events.clone();
+        // Out of the pool (and the count) before the host hears, so an outcome in hand means
+        // the engine is gone; its memory is freed after the host has the outcome.
+        let disposed = if entry.retain { None } else { self.live.remove(&execution) };
+        if disposed.is_some() {
+            self.me.live.fetch_sub(1, Ordering::Relaxed);
+        }
+        if first {
+            let _ = events.send(Event::Settled(settlement));
+        }
+        drop(disposed);
     }
-    if first {
-        let _ = events.send(Event::Settled(settlement));
-    }
-    drop(disposed);
-}
 
-fn fail<E: Engine>(live: &mut HashMap<u64, Live<E>>, execution: u64, live_count: &AtomicUsize) {
-    if let Some(entry) = live.remove(&execution) {
-        live_count.fetch_sub(1, Ordering::Relaxed);
-        if !entry.settled {
-            let _ = entry.events.send(Event::Settled(Settlement::Failed(ENGINE_PANICKED.to_owned())));
+    fn dispose(&mut self, execution: u64) {
+        if self.live.remove(&execution).is_some() {
+            self.me.live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }

@@ -151,3 +151,6 @@ pub const NETWORK_CLOSED: &str = "Network access is closed for this execution: f
 
 /// The program threw a value whose String conversion itself throws.
 pub const UNPRINTABLE_THROWN_VALUE: &str = "The program threw a value that cannot be converted to a string.";
+
+/// The log line of a rejection nothing handled by the time the microtasks ran out.
+pub const UNHANDLED_REJECTION: Template = Template("[warn] Unhandled rejection: {reason}");

@@ -91,4 +91,5 @@ fn the_limit_texts_are_pinned() {
         "Network access is closed for this execution: fetch is refused. Reach data through the declared providers."
     );
     assert_eq!(UNPRINTABLE_THROWN_VALUE, "The program threw a value that cannot be converted to a string.");
+    assert_eq!(UNHANDLED_REJECTION.fill(&["x"]), "[warn] Unhandled rejection: x");
 }

@@ -105,5 +105,8 @@ fn only_the_quickjs_engine_names_rquickjs() {
         .filter(|f| std::fs::read_to_string(root().join(f)).unwrap().contains("rquickjs"))
         .map(|f| f.display().to_string())
         .collect();
-    assert!(offenders.is_empty(), "the engine boundary leaks: {offenders:?} name rquickjs; keep it in executor/src/engine/quickjs/");
+    assert!(
+        offenders.is_empty(),
+        "the engine boundary leaks: {offenders:?} name rquickjs; keep it in executor/src/engine/quickjs/"
+    );
 }

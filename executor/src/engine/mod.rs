@@ -8,8 +8,8 @@
 
 pub(crate) mod quickjs;
 
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use codemode_protocol::Value;
@@ -18,6 +18,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::config::Limits;
 use crate::host::Host;
 use crate::outbound::OutboundResponse;
+use crate::worker::WorkerMessage;
 
 /// Everything an engine needs to start one execution.
 pub(crate) struct Job {
@@ -29,8 +30,11 @@ pub(crate) struct Job {
     pub(crate) host: Arc<Host>,
     pub(crate) retain: bool,
     pub(crate) events: UnboundedSender<Event>,
-    /// Set when the host drops the execution: the engine stops at its next interrupt check.
-    pub(crate) cancelled: Arc<AtomicBool>,
+    /// Raised at the deadline (by the watchdog) or when the host drops the execution:
+    /// the engine stops at its next interrupt check.
+    pub(crate) stop: Arc<AtomicBool>,
+    /// The inbox of the worker that took the job, set when it starts.
+    pub(crate) home: Arc<OnceLock<crossbeam_channel::Sender<WorkerMessage>>>,
 }
 
 /// What an engine reports to the execution's host side, in the order it happens.
@@ -40,6 +44,8 @@ pub(crate) enum Event {
     Log(String),
     /// The run ended.
     Settled(Settlement),
+    /// The watchdog: the deadline passed, whatever the engine is doing.
+    TimedOut(String),
 }
 
 /// The host's answer to a tool call or a fetch.

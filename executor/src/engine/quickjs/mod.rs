@@ -103,10 +103,13 @@ struct State {
     logs_stopped: bool,
     /// A timer callback threw before the run settled: the run ends with this.
     uncaught: Option<String>,
+    /// Rejections nothing has handled yet, with their text; logged once the microtasks run out.
+    unhandled: Vec<(Persistent<JsValue<'static>>, String)>,
 }
 
 impl State {
     fn clear(&mut self) {
+        self.unhandled.clear();
         self.pending.clear();
         self.timers.clear();
         self.timer_due.clear();
@@ -220,9 +223,13 @@ impl Engine for QuickJs {
         let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
         runtime.set_memory_limit(limits.memory_limit_bytes);
         runtime.set_max_stack_size(limits.stack_limit_bytes);
-        let (until, flag, cancelled) = (deadline.clone(), interrupted.clone(), job.cancelled.clone());
+        let (until, flag, stop) = (deadline.clone(), interrupted.clone(), job.stop.clone());
+        let mut calls: u32 = 0;
         runtime.set_interrupt_handler(Some(Box::new(move || {
-            let over = cancelled.load(Ordering::Relaxed) || Instant::now() >= until.get();
+            // The flag is the deadline (the watchdog raises it) and the host's cancel; the
+            // clock, read on every 16th check, is the budget of a retained engine's late callbacks.
+            calls = calls.wrapping_add(1);
+            let over = stop.load(Ordering::Relaxed) || (calls % 16 == 0 && Instant::now() >= until.get());
             if over {
                 flag.set(true);
             }
@@ -241,7 +248,19 @@ impl Engine for QuickJs {
             log_bytes: 0,
             logs_stopped: false,
             uncaught: None,
+            unhandled: Vec::new(),
         }));
+        let tracked = state.clone();
+        runtime.set_host_promise_rejection_tracker(Some(Box::new(move |ctx, promise, reason, handled| {
+            let mut state = tracked.borrow_mut();
+            if handled {
+                state.unhandled.retain(|(p, _)| p.clone().restore(&ctx).map_or(true, |p| p != promise));
+            } else {
+                drop(state);
+                let text = thrown_text(&ctx, &reason, &crate::config::Limits::default());
+                tracked.borrow_mut().unhandled.push((Persistent::save(&ctx, promise), text));
+            }
+        })));
         let mut engine = QuickJs {
             state,
             run: None,
@@ -358,6 +377,28 @@ impl QuickJs {
                 Ok(false) => break,
                 Err(_) => {}
             }
+        }
+        self.log_unhandled_rejections();
+    }
+
+    /// A floating rejection does not fail the run; it is one `[warn]` line in the logs.
+    fn log_unhandled_rejections(&mut self) {
+        let unhandled = std::mem::take(&mut self.state.borrow_mut().unhandled);
+        if unhandled.is_empty() {
+            return;
+        }
+        let run = self.run.clone();
+        let lines: Vec<String> = self.context.with(|ctx| {
+            let run: Option<JsValue> = run.and_then(|r| r.restore(&ctx).ok()).map(|p| p.into_value());
+            unhandled
+                .into_iter()
+                .filter(|(promise, _)| promise.clone().restore(&ctx).ok() != run)
+                .map(|(_, text)| texts::UNHANDLED_REJECTION.fill(&[&text]))
+                .collect()
+        });
+        let mut state = self.state.borrow_mut();
+        for line in lines {
+            state.log(line);
         }
     }
 

@@ -1,0 +1,138 @@
+//! Deadlines and outcomes that hold whatever the program does.
+mod support;
+
+use std::time::{Duration, Instant};
+
+use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_protocol::{ProviderDescriptor, ToolCall};
+use support::json;
+
+const TIMEOUT: Duration = Duration::from_millis(1000);
+/// A bound on a guarantee (timeout + 100 ms), with room for a loaded 2-core machine.
+const MARGIN: Duration = Duration::from_millis(300);
+
+fn store() -> ProviderDescriptor {
+    ProviderDescriptor::new("store", ["x"])
+}
+
+async fn timed(executor: &Executor, code: &str) -> (String, Duration) {
+    let request = Request::new(code)
+        .provider(store())
+        .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
+        .timeout(TIMEOUT);
+    let started = Instant::now();
+    let outcome = executor.execute(request).await;
+    (json(&outcome), started.elapsed())
+}
+
+const BUSY_PROGRAMS: &[&str] = &[
+    "async () => { console.log('start'); while (true) {} }",
+    "async () => { console.log('start'); await null; while (true) {} }",
+    "async () => { console.log('start'); await store.x(); while (true) {} }",
+    "async () => { console.log('start'); const again = () => queueMicrotask(again); again(); await new Promise(() => {}) }",
+    "async () => { console.log('start'); await new Promise(() => { for (;;) {} }) }",
+    "async () => { console.log('start'); return /^(a+)+$/.test('a'.repeat(50) + 'b') }",
+    "async () => { console.log('start'); const a = new Array(3e5); while (true) a.fill(1) }",
+    "async () => { console.log('start'); while (true) new Array(3e5).fill(1) }",
+    "async () => { console.log('start'); const a = Array.from({ length: 200000 }, (_, i) => (i * 7919) % 200000); while (true) a.slice().sort() }",
+    "async () => { console.log('start'); while (true) 'ab'.repeat(1e6) }",
+    "async () => { console.log('start'); const big = Array.from({ length: 50000 }, (_, i) => ({ i, s: 'x' + i })); while (true) JSON.parse(JSON.stringify(big)) }",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_busy_program_gets_the_timeout_outcome_at_the_deadline() {
+    let executor = Executor::default();
+    for code in BUSY_PROGRAMS {
+        let (outcome, elapsed) = timed(&executor, code).await;
+        assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","logs":["start"]}"#, "{code}");
+        assert!(elapsed < TIMEOUT + MARGIN, "{code}: the outcome took {elapsed:?}");
+    }
+    let reclaimed = Instant::now();
+    while executor.live_engines() > 0 {
+        assert!(reclaimed.elapsed() < Duration::from_secs(2), "a stuck engine was not reclaimed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_other_executions_are_not_delayed_by_busy_ones() {
+    let executor = Executor::new(ExecutorConfig { workers: 2, ..Default::default() });
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let executor = executor.clone();
+            tokio::spawn(async move {
+                timed(&executor, "async () => { while (true) new Array(3e5).fill(1) }").await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let quick = executor.execute(Request::new("async () => 'quick'")).await;
+    assert_eq!(json(&quick), r#"{"result":"quick","logs":[]}"#);
+    // Both workers are busy: a replacement takes the job once a worker counts as stuck.
+    assert!(started.elapsed() < Duration::from_millis(600), "the quick run waited {:?}", started.elapsed());
+    for run in busy {
+        let (outcome, _) = run.await.unwrap();
+        assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","logs":[]}"#);
+    }
+}
+
+#[tokio::test]
+async fn a_floating_rejection_does_not_fail_the_run() {
+    let outcome =
+        support::run(Request::new("async () => { Promise.reject(new Error('x')); return 'ok' }")).await;
+    assert_eq!(json(&outcome), r#"{"result":"ok","logs":["[warn] Unhandled rejection: x"]}"#);
+    let handled_later = support::run(Request::new(
+        "async () => { const p = Promise.reject(new Error('late')); p.catch(() => {}); return 'ok' }",
+    ))
+    .await;
+    assert_eq!(json(&handled_later), r#"{"result":"ok","logs":[]}"#);
+    let thrown = support::run(Request::new("async () => { throw new Error('thrown') }")).await;
+    assert_eq!(
+        json(&thrown),
+        r#"{"error":"thrown","logs":[]}"#,
+        "the run's own rejection is the outcome, not a warning"
+    );
+}
+
+#[tokio::test]
+async fn the_outcome_cannot_be_forged() {
+    let sabotage = "
+      JSON.stringify = () => '{\"result\":\"forged\"}';
+      JSON.parse = () => ({ result: 'forged' });
+      Object.prototype.toJSON = function () { return 'forged' };
+      Array.prototype.map = () => ['forged'];
+      Array.prototype.join = () => 'forged';
+      Array.prototype[Symbol.iterator] = function* () { yield 'forged' };
+      Promise.prototype.then = function () { for (;;) {} };
+      console.log = () => {};
+    ";
+    for (ret, expected) in [
+        ("return 'ok'", r#"{"result":"ok","logs":["before"]}"#),
+        // Returning a promise from an async function calls its `then`: the program's own
+        // endless `then` runs, and the deadline ends it on time.
+        (
+            "return Promise.resolve(['a', 1])",
+            r#"{"error":"Execution timed out after 1000 ms.","logs":["before"]}"#,
+        ),
+    ] {
+        let code = format!("async () => {{ console.log('before'); {sabotage} {ret} }}");
+        let started = Instant::now();
+        let outcome = support::run(Request::new(code).timeout(TIMEOUT)).await;
+        assert!(started.elapsed() < TIMEOUT + MARGIN);
+        // The codec captured JSON.stringify before the program ran; Object.prototype.toJSON is
+        // the program's own data (JSON.stringify honours it), never the envelope around it.
+        assert_eq!(json(&outcome), expected, "{ret}");
+    }
+    let next = support::run(Request::new(
+        "async () => { console.log([1, 2].map((n) => n * 2)); return JSON.stringify({ a: 1 }) }",
+    ))
+    .await;
+    assert_eq!(json(&next), r#"{"result":"{\"a\":1}","logs":["[2,4]"]}"#, "the next execution is untouched");
+    let texts = support::run(
+        Request::new("async () => { Error.prototype.toString = () => 'forged'; Object.defineProperty(Error.prototype, 'message', { get() { return 'forged' } }); try { await store.x() } catch (e) { return e.message } }")
+            .provider(store()),
+    )
+    .await;
+    assert_eq!(json(&texts), r#"{"result":"Tool \"x\" not found","logs":[]}"#);
+}
