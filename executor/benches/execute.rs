@@ -59,6 +59,24 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
+    let command = codemode_executor::WorkerCommand {
+        program: env!("CARGO_BIN_EXE_codemode").into(),
+        args: vec!["stdio".into()],
+    };
+    let isolated = Executor::new(ExecutorConfig {
+        workers: 1,
+        isolation: codemode_executor::Isolation::Process(command),
+        ..Default::default()
+    });
+    let mut group = c.benchmark_group("process isolation");
+    group.bench_function("async () => 1 in a worker process", |b| {
+        b.iter(|| rt.block_on(isolated.execute(Request::new("async () => 1"))))
+    });
+    group.bench_function("100 sequential calls in a worker process", |b| {
+        b.iter(|| rt.block_on(isolated.execute(calls(100))))
+    });
+    group.finish();
+
     let mut group = c.benchmark_group("tool calls");
     for n in [0, 100] {
         group.bench_function(format!("{n} sequential calls in one run"), |b| {

@@ -36,18 +36,34 @@ impl Default for Limits {
     }
 }
 
+/// Where executions run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// In this process, on the executor's worker threads (the default).
+    #[default]
+    InProcess,
+    /// Each execution in a worker process from a pool, killed on overrun, so a deadline
+    /// holds against anything a single native call does. Needs a Tokio runtime with the
+    /// time driver (as `#[tokio::main]` gives); `fetch` stays closed and retention is not
+    /// available there.
+    Process(crate::wire::process::WorkerCommand),
+}
+
 /// How an [`crate::Executor`] runs its executions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorConfig {
-    /// Worker threads, each hosting many engines; defaults to the machine's parallelism.
+    /// Worker threads, each hosting many engines (or, with process isolation, worker
+    /// processes kept ready); defaults to the machine's parallelism.
     pub workers: usize,
     /// Limits for requests that do not override them.
     pub limits: Limits,
+    /// In this process, or in worker processes.
+    pub isolation: Isolation,
 }
 
 impl Default for ExecutorConfig {
     fn default() -> ExecutorConfig {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        ExecutorConfig { workers, limits: Limits::default() }
+        ExecutorConfig { workers, limits: Limits::default(), isolation: Isolation::InProcess }
     }
 }

@@ -8,7 +8,8 @@ use std::time::Instant;
 use codemode_protocol::{Outcome, scope_source};
 use tokio::runtime::Handle;
 
-use crate::config::ExecutorConfig;
+use crate::config::{ExecutorConfig, Isolation};
+use crate::wire::process::ProcessPool;
 use crossbeam_channel::Sender;
 
 use crate::engine::{Event, Job, Settlement};
@@ -17,6 +18,9 @@ use crate::pool::Pool;
 use crate::request::Request;
 use crate::watchdog::Watch;
 use crate::worker::WorkerMessage;
+
+/// The text of `execute_retained` on an executor with process isolation.
+pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) is not available with process isolation. Use an in-process executor for it.";
 
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
@@ -32,6 +36,7 @@ pub struct Executor {
 struct Inner {
     config: ExecutorConfig,
     pool: Arc<Pool>,
+    processes: Option<ProcessPool>,
     next_execution: AtomicU64,
 }
 
@@ -44,8 +49,12 @@ impl Default for Executor {
 impl Executor {
     /// An executor with `config`'s workers and default limits.
     pub fn new(config: ExecutorConfig) -> Executor {
-        let pool = Pool::new(config.workers);
-        Executor { inner: Arc::new(Inner { config, pool, next_execution: AtomicU64::new(1) }) }
+        let pool = Pool::new(if config.isolation == Isolation::InProcess { config.workers } else { 1 });
+        let processes = match &config.isolation {
+            Isolation::InProcess => None,
+            Isolation::Process(command) => Some(ProcessPool::new(command.clone(), config.workers)),
+        };
+        Executor { inner: Arc::new(Inner { config, pool, processes, next_execution: AtomicU64::new(1) }) }
     }
 
     /// The configuration it runs with.
@@ -64,6 +73,13 @@ impl Executor {
     /// `result` or `error`, with the logs either way. Dropping the future ends the
     /// engine promptly.
     pub async fn execute(&self, request: Request) -> Outcome {
+        if let Some(processes) = &self.inner.processes {
+            let timeout = request.limits(&self.inner.config.limits).timeout;
+            return match scope_source(&request.code, &request.providers) {
+                Ok(_) => processes.execute(request, timeout).await,
+                Err(refusal) => Outcome::error(refusal.to_string(), Vec::new()),
+            };
+        }
         self.run(request, false).await.0
     }
 
@@ -72,6 +88,12 @@ impl Executor {
     /// inside the sandbox without reaching dispatch. The engine goes when the returned
     /// handle is released or dropped.
     pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
+        if self.inner.processes.is_some() {
+            return (
+                Outcome::error(RETAIN_NEEDS_IN_PROCESS, Vec::new()),
+                RetainedExecution { retained: None },
+            );
+        }
         let (outcome, retained) = self.run(request, true).await;
         (outcome, RetainedExecution { retained })
     }

@@ -35,13 +35,15 @@ mod outbound;
 mod pool;
 mod request;
 mod watchdog;
+pub mod wire;
 mod worker;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{ExecutorConfig, Limits};
-pub use executor::{Executor, NO_TOKIO_RUNTIME, RetainedExecution};
+pub use config::{ExecutorConfig, Isolation, Limits};
+pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use request::Request;
+pub use wire::process::WorkerCommand;
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.
 #[cfg(doctest)]

@@ -93,6 +93,19 @@ impl Request {
         self
     }
 
+    /// The wire's form of this request (what crosses to a worker process or a daemon).
+    pub fn to_wire(&self) -> ExecuteRequest {
+        ExecuteRequest {
+            code: self.code.clone(),
+            providers: self.providers.clone(),
+            dispatch: self.dispatch.is_some(),
+            retain_handles: false,
+            timeout_ms: self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            memory_limit_bytes: self.memory_limit_bytes.map(|b| b as u64),
+            max_payload_bytes: self.max_payload_bytes.map(|b| b as u64),
+        }
+    }
+
     pub(crate) fn limits(&self, defaults: &Limits) -> Limits {
         Limits {
             timeout: self.timeout.unwrap_or(defaults.timeout),

@@ -114,7 +114,7 @@ async fn the_payload_bound_rejects_at_the_call_site_and_never_delivers() {
 }
 
 fn limited(limits: Limits) -> Executor {
-    Executor::new(ExecutorConfig { workers: 1, limits })
+    Executor::new(ExecutorConfig { workers: 1, limits, ..Default::default() })
 }
 
 #[tokio::test]

@@ -154,3 +154,13 @@ pub const UNPRINTABLE_THROWN_VALUE: &str = "The program threw a value that canno
 
 /// The log line of a rejection nothing handled by the time the microtasks ran out.
 pub const UNHANDLED_REJECTION: Template = Template("[warn] Unhandled rejection: {reason}");
+
+/// The outcome of an execution the host cancelled over the wire.
+pub const CANCELLED: &str = "Execution was cancelled by the host.";
+
+/// A call the host never answered because the connection closed first.
+pub const CONNECTION_CLOSED: &str = "The host closed the connection before answering this call.";
+
+/// A worker process of process isolation ended before the run did.
+pub const WORKER_PROCESS_DIED: &str =
+    "The isolated worker process ended before the run did. The execution is lost; run it again.";

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use codemode_executor::{Executor, Request};
+use codemode_executor::{Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 
 #[derive(Parser)]
 #[command(
@@ -42,7 +42,22 @@ enum Command {
         /// The engine's memory limit in bytes.
         #[arg(long, value_name = "N")]
         memory_limit_bytes: Option<usize>,
+        /// Where the program runs: in this process, or in a worker process killed on overrun.
+        #[arg(long, value_enum, default_value_t = IsolationArg::InProcess)]
+        isolation: IsolationArg,
     },
+    /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
+    /// message per line), for conformance runners, process isolation and other hosts.
+    Stdio,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum IsolationArg {
+    /// On this process's worker threads.
+    #[value(name = "in-process")]
+    InProcess,
+    /// In a `codemode stdio` worker process.
+    Process,
 }
 
 fn main() -> ExitCode {
@@ -54,8 +69,15 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run { program, db, fixture, timeout_ms, memory_limit_bytes } => {
-            match run(program, db, fixture, timeout_ms, memory_limit_bytes) {
+        Command::Stdio => match stdio() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(message) => {
+                eprintln!("codemode stdio: {message}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Run { program, db, fixture, timeout_ms, memory_limit_bytes, isolation } => {
+            match run(program, db, fixture, timeout_ms, memory_limit_bytes, isolation) {
                 Ok(code) => code,
                 Err(message) => {
                     eprintln!("codemode: {message}");
@@ -66,12 +88,24 @@ fn main() -> ExitCode {
     }
 }
 
+fn stdio() -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let input = tokio::io::BufReader::new(tokio::io::stdin());
+        codemode_executor::wire::server::serve(Executor::default(), input, tokio::io::stdout()).await
+    })
+}
+
 fn run(
     program: PathBuf,
     db: Option<PathBuf>,
     fixture: Option<PathBuf>,
     timeout_ms: Option<u64>,
     memory_limit_bytes: Option<usize>,
+    isolation: IsolationArg,
 ) -> Result<ExitCode, String> {
     let code = std::fs::read_to_string(&program).map_err(|e| {
         format!("cannot read the program {}: {e}. Pass the path of a .js file.", program.display())
@@ -96,9 +130,16 @@ fn run(
         request = request.memory_limit_bytes(bytes);
     }
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let executor = Executor::default();
+    let mut config = ExecutorConfig::default();
+    if isolation == IsolationArg::Process {
+        let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+        config.isolation = Isolation::Process(WorkerCommand { program, args: vec!["stdio".to_owned()] });
+        config.workers = 1;
+    }
+    let executor = Executor::new(config);
     let outcome = runtime.block_on(executor.execute(request));
     println!("{}", outcome.to_json_string());
     Ok(if outcome.error_text().is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })

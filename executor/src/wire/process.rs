@@ -1,0 +1,148 @@
+//! Process isolation, the host side: each execution runs in a worker process from a
+//! pool (`codemode stdio`), spoken to over its stdin and stdout.
+//!
+//! The host's dispatch stays in this process; only the three strings of each call and
+//! its answer cross. A worker whose run ended in a timeout is killed (its engine may
+//! still be inside a native call) and replaced; so is one that has not answered by the
+//! deadline plus [`KILL_GRACE`]. A worker that ended normally serves the next execution.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
+use codemode_protocol::{Outcome, texts};
+use tokio::io::BufReader;
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc;
+
+use super::{read_message, write_message};
+use crate::request::Request;
+
+/// How long past the deadline a worker process may take to answer before it is killed.
+pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
+
+/// The command that starts one worker process speaking the wire protocol on stdio.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCommand {
+    /// The program, usually the `codemode` binary.
+    pub program: PathBuf,
+    /// Its arguments, usually `["stdio"]`.
+    pub args: Vec<String>,
+}
+
+struct Worker {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+pub(crate) struct ProcessPool {
+    command: WorkerCommand,
+    idle: Mutex<Vec<Worker>>,
+    keep_idle: usize,
+}
+
+impl ProcessPool {
+    pub(crate) fn new(command: WorkerCommand, keep_idle: usize) -> ProcessPool {
+        ProcessPool { command, idle: Mutex::new(Vec::new()), keep_idle }
+    }
+
+    async fn spawn(&self) -> Result<Worker, String> {
+        let mut child = Command::new(&self.command.program)
+            .args(&self.command.args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!("cannot start the worker process {}: {e}", self.command.program.display())
+            })?;
+        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("the worker process has no stdio".to_owned());
+        };
+        let mut stdout = BufReader::new(stdout);
+        write_message(&mut stdin, &ClientMessage::Hello(Hello::current()))
+            .await
+            .map_err(|e| e.to_string())?;
+        match read_message::<_, ServerMessage>(&mut stdout).await? {
+            Some(ServerMessage::Hello(_)) => Ok(Worker { child, stdin, stdout }),
+            other => Err(format!("the worker process did not answer the hello: {other:?}")),
+        }
+    }
+
+    fn take_idle(&self) -> Option<Worker> {
+        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+    }
+
+    fn put_idle(&self, worker: Worker) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < self.keep_idle {
+            idle.push(worker);
+        }
+    }
+
+    pub(crate) async fn execute(&self, request: Request, timeout: Duration) -> Outcome {
+        let mut worker = match self.take_idle() {
+            Some(worker) => worker,
+            None => match self.spawn().await {
+                Ok(worker) => worker,
+                Err(problem) => return Outcome::error(problem, Vec::new()),
+            },
+        };
+        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
+        match tokio::time::timeout_at(deadline, run(&mut worker, &request)).await {
+            Ok(Ok(outcome)) => {
+                let timed_out =
+                    outcome.error_text() == Some(&texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]));
+                if timed_out {
+                    let _ = worker.child.start_kill();
+                } else {
+                    self.put_idle(worker);
+                }
+                outcome
+            }
+            Ok(Err(problem)) => {
+                let _ = worker.child.start_kill();
+                Outcome::error(problem, Vec::new())
+            }
+            Err(_) => {
+                let _ = worker.child.start_kill();
+                Outcome::error(texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]), Vec::new())
+            }
+        }
+    }
+}
+
+/// One execution on a worker process: serve its calls until the outcome arrives.
+async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> {
+    let died = || texts::WORKER_PROCESS_DIED.to_owned();
+    let wire = request.to_wire();
+    write_message(&mut worker.stdin, &ClientMessage::Execute { execution: 1, request: wire })
+        .await
+        .map_err(|_| died())?;
+    let (answered, mut answers) = mpsc::unbounded_channel::<(u64, String)>();
+    let answered = Arc::new(answered);
+    loop {
+        tokio::select! {
+            message = read_message::<_, ServerMessage>(&mut worker.stdout) => match message {
+                Ok(Some(ServerMessage::Call { call, tool_call, .. })) => {
+                    let Some(dispatch) = request.dispatch.clone() else { continue };
+                    let answered = answered.clone();
+                    tokio::spawn(async move {
+                        let answer = dispatch.dispatch(tool_call).await;
+                        let _ = answered.send((call, answer));
+                    });
+                }
+                Ok(Some(ServerMessage::Outcome { outcome, .. })) => return Ok(outcome),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => return Err(died()),
+            },
+            Some((call, answer)) = answers.recv() => {
+                write_message(&mut worker.stdin, &ClientMessage::Answer { execution: 1, call, answer })
+                    .await
+                    .map_err(|_| died())?;
+            }
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! The built-in executor behind the wire protocol: `codemode stdio`, and any stream.
+//!
+//! One connection carries many executions, multiplexed by the client's execution ids.
+//! Each call a program makes goes out as a `call` message and waits for the matching
+//! `answer`; an answer for an execution or call that does not exist has no effect.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use codemode_protocol::texts;
+use codemode_protocol::wire::{
+    ClientMessage, Hello, PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind, ServerMessage,
+};
+use codemode_protocol::{Dispatch, Outcome, ToolCall, error_envelope};
+use tokio::io::{AsyncBufRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+use super::{read_message, write_message};
+use crate::{Executor, Request, RetainedExecution};
+
+type Waiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<String>>>>;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Serve `executor` on one connection until the client closes it. Executions still
+/// running when it closes are dropped (their engines disposed).
+pub async fn serve<R, W>(executor: Executor, mut input: R, mut output: W) -> Result<(), String>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let refuse = |kind, message: String| ServerMessage::Error(ProtocolError { kind, message });
+    match read_message::<_, ClientMessage>(&mut input).await? {
+        Some(ClientMessage::Hello(hello))
+            if hello.protocol == PROTOCOL_NAME && hello.version == PROTOCOL_VERSION => {}
+        Some(ClientMessage::Hello(hello)) => {
+            let message = format!(
+                "this server speaks {PROTOCOL_NAME} version {PROTOCOL_VERSION}; the client said {} version {}",
+                hello.protocol, hello.version
+            );
+            let _ = write_message(&mut output, &refuse(ProtocolErrorKind::Hello, message.clone())).await;
+            return Err(message);
+        }
+        Some(_) => {
+            let message = "the first message must be a hello".to_owned();
+            let _ = write_message(&mut output, &refuse(ProtocolErrorKind::Hello, message.clone())).await;
+            return Err(message);
+        }
+        None => return Ok(()),
+    }
+    let (out, mut outgoing) = mpsc::unbounded_channel::<ServerMessage>();
+    let writer = tokio::spawn(async move {
+        write_message(&mut output, &ServerMessage::Hello(Hello::current())).await?;
+        while let Some(message) = outgoing.recv().await {
+            write_message(&mut output, &message).await?;
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let waiting: Waiting = Arc::default();
+    let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
+    let retained: Arc<Mutex<HashMap<u64, RetainedExecution>>> = Arc::default();
+    let result = loop {
+        let message = match read_message::<_, ClientMessage>(&mut input).await {
+            Ok(Some(message)) => message,
+            Ok(None) => break Ok(()),
+            Err(problem) => {
+                let _ = out.send(refuse(ProtocolErrorKind::MalformedFrame, problem.clone()));
+                break Err(problem);
+            }
+        };
+        match message {
+            ClientMessage::Hello(_) => {}
+            ClientMessage::Execute { execution, request } => {
+                if lock(&running).contains_key(&execution) || lock(&retained).contains_key(&execution) {
+                    let problem =
+                        format!("execution {execution} is still live; give each execution its own id");
+                    let _ = out.send(refuse(ProtocolErrorKind::DuplicateExecution, problem.clone()));
+                    break Err(problem);
+                }
+                let retain = request.retain_handles;
+                let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
+                    execution,
+                    next_call: AtomicU64::new(1),
+                    out: out.clone(),
+                    waiting: waiting.clone(),
+                });
+                let request = Request::from_wire(request, Some(dispatch));
+                let (executor, out, running_map, retained_map, waiting_map) =
+                    (executor.clone(), out.clone(), running.clone(), retained.clone(), waiting.clone());
+                let task = tokio::spawn(async move {
+                    let outcome = if retain {
+                        let (outcome, handle) = executor.execute_retained(request).await;
+                        lock(&retained_map).insert(execution, handle);
+                        outcome
+                    } else {
+                        executor.execute(request).await
+                    };
+                    lock(&running_map).remove(&execution);
+                    lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
+                    let _ = out.send(ServerMessage::Outcome { execution, outcome });
+                });
+                lock(&running).insert(execution, task);
+            }
+            ClientMessage::Answer { execution, call, answer } => {
+                if let Some(waiter) = lock(&waiting).remove(&(execution, call)) {
+                    let _ = waiter.send(answer);
+                }
+            }
+            ClientMessage::Cancel { execution } => {
+                if let Some(task) = lock(&running).remove(&execution) {
+                    task.abort();
+                    let outcome = Outcome::error(texts::CANCELLED, Vec::new());
+                    let _ = out.send(ServerMessage::Outcome { execution, outcome });
+                }
+                lock(&retained).remove(&execution);
+            }
+            ClientMessage::Release { execution } => {
+                lock(&retained).remove(&execution);
+            }
+        }
+    };
+    for (_, task) in lock(&running).drain() {
+        task.abort();
+    }
+    lock(&retained).clear();
+    drop(out);
+    let _ = writer.await;
+    result
+}
+
+/// A program's calls, sent to the client and answered by it.
+struct WireDispatch {
+    execution: u64,
+    next_call: AtomicU64,
+    out: mpsc::UnboundedSender<ServerMessage>,
+    waiting: Waiting,
+}
+
+impl Dispatch for WireDispatch {
+    fn dispatch(&self, tool_call: ToolCall) -> codemode_protocol::DispatchFuture {
+        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        lock(&self.waiting).insert((self.execution, call), answer);
+        let sent = self.out.send(ServerMessage::Call { execution: self.execution, call, tool_call });
+        Box::pin(async move {
+            if sent.is_err() {
+                return error_envelope(texts::CONNECTION_CLOSED);
+            }
+            answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED))
+        })
+    }
+}
