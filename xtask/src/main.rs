@@ -75,8 +75,13 @@ fn schema(check: bool) -> Result<(), String> {
     let dir = root().join("protocol/schema");
     std::fs::create_dir_all(&dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
     let mut stale = Vec::new();
-    for (file, text) in codemode_protocol::schema::schemas() {
-        let path = dir.join(file);
+    let mut schemas: Vec<(PathBuf, String)> =
+        codemode_protocol::schema::schemas().into_iter().map(|(file, text)| (dir.join(file), text)).collect();
+    schemas.push((
+        root().join("conformance/transcript.schema.json"),
+        codemode_conformance::transcript::schema(),
+    ));
+    for (path, text) in schemas {
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed == text {
             continue;

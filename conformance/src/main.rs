@@ -1,0 +1,98 @@
+//! `codemode-conformance`: run golden transcripts against an executor and report.
+//!
+//! Exit status: 0 when every case passes, 1 when any fails, 2 for bad usage or an
+//! unreadable transcript (the file is named).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use codemode_conformance::{Implementation, InProcess, Subprocess, load_dir, run_case};
+
+const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--executor-cmd \"CMD ARGS\"] [--engine NAME] [--json]
+  --transcripts DIR   a directory of transcript files (*.json); may be given several times
+                      (default: the suite in conformance/transcripts)
+  --executor-cmd CMD  a program speaking the wire protocol on stdin/stdout (default: the built-in executor in-process)
+  --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs)
+  --json              one JSON object per case instead of text lines";
+
+struct Args {
+    dirs: Vec<PathBuf>,
+    command: Option<String>,
+    engine: String,
+    json: bool,
+}
+
+fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
+    let mut parsed = Args { dirs: Vec::new(), command: None, engine: "quickjs".to_owned(), json: false };
+    let mut args = args.peekable();
+    while let Some(arg) = args.next() {
+        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
+        match arg.as_str() {
+            "--transcripts" => parsed.dirs.push(PathBuf::from(value("--transcripts")?)),
+            "--executor-cmd" => parsed.command = Some(value("--executor-cmd")?),
+            "--engine" => parsed.engine = value("--engine")?,
+            "--json" => parsed.json = true,
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+    if parsed.dirs.is_empty() {
+        parsed.dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/transcripts")));
+    }
+    Ok(parsed)
+}
+
+fn main() -> ExitCode {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(problem) => {
+            eprintln!("codemode-conformance: {problem}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut cases = Vec::new();
+    for dir in &args.dirs {
+        match load_dir(dir) {
+            Ok(found) => cases.extend(found),
+            Err(problem) => {
+                eprintln!("codemode-conformance: {problem}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    let implementation: Box<dyn Implementation> = match &args.command {
+        Some(command) => match Subprocess::new(command, &args.engine) {
+            Ok(subprocess) => Box::new(subprocess),
+            Err(problem) => {
+                eprintln!("codemode-conformance: {problem}");
+                return ExitCode::from(2);
+            }
+        },
+        None => Box::new(InProcess::new()),
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
+        eprintln!("codemode-conformance: cannot start the async runtime");
+        return ExitCode::from(2);
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for (path, transcript) in &cases {
+        let result = runtime.block_on(run_case(implementation.as_ref(), transcript));
+        let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        if args.json {
+            let line = serde_json::json!({
+                "file": file,
+                "name": transcript.name,
+                "pass": result.is_ok(),
+                "failure": result.as_ref().err().map(|f| f.message.clone()),
+            });
+            println!("{line}");
+        } else {
+            match &result {
+                Ok(()) => println!("pass {file}: {}", transcript.name),
+                Err(failure) => println!("FAIL {file}: {}\n  {}", transcript.name, failure.message),
+            }
+        }
+        if result.is_ok() { passed += 1 } else { failed += 1 }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+}
