@@ -19,6 +19,16 @@ pub struct Request {
     pub(crate) timeout: Option<Duration>,
     pub(crate) memory_limit_bytes: Option<usize>,
     pub(crate) max_payload_bytes: Option<usize>,
+    /// Overrides the wire does not carry: stack, result, log volume, calls in flight.
+    pub(crate) local: LocalOverrides,
+}
+
+#[derive(Clone, Copy, Default)]
+pub(crate) struct LocalOverrides {
+    stack_limit_bytes: Option<usize>,
+    max_result_bytes: Option<usize>,
+    max_log_bytes: Option<usize>,
+    max_calls_in_flight: Option<usize>,
 }
 
 impl Request {
@@ -32,6 +42,7 @@ impl Request {
             timeout: None,
             memory_limit_bytes: None,
             max_payload_bytes: None,
+            local: LocalOverrides::default(),
         }
     }
 
@@ -48,6 +59,7 @@ impl Request {
             timeout: wire.timeout_ms.map(Duration::from_millis),
             memory_limit_bytes: bytes(wire.memory_limit_bytes),
             max_payload_bytes: bytes(wire.max_payload_bytes),
+            local: LocalOverrides::default(),
         }
     }
 
@@ -93,6 +105,30 @@ impl Request {
         self
     }
 
+    /// Override the engine's stack limit.
+    pub fn stack_limit_bytes(mut self, bytes: usize) -> Request {
+        self.local.stack_limit_bytes = Some(bytes);
+        self
+    }
+
+    /// Override the bound on the result in the codec's JSON form.
+    pub fn max_result_bytes(mut self, bytes: usize) -> Request {
+        self.local.max_result_bytes = Some(bytes);
+        self
+    }
+
+    /// Override the bound on the bytes of all log lines.
+    pub fn max_log_bytes(mut self, bytes: usize) -> Request {
+        self.local.max_log_bytes = Some(bytes);
+        self
+    }
+
+    /// Override the bound on calls awaiting an answer at once.
+    pub fn max_calls_in_flight(mut self, calls: usize) -> Request {
+        self.local.max_calls_in_flight = Some(calls);
+        self
+    }
+
     /// The wire's form of this request (what crosses to a worker process or a daemon).
     pub fn to_wire(&self) -> ExecuteRequest {
         ExecuteRequest {
@@ -111,7 +147,10 @@ impl Request {
             timeout: self.timeout.unwrap_or(defaults.timeout),
             memory_limit_bytes: self.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),
             max_payload_bytes: self.max_payload_bytes.unwrap_or(defaults.max_payload_bytes),
-            ..defaults.clone()
+            stack_limit_bytes: self.local.stack_limit_bytes.unwrap_or(defaults.stack_limit_bytes),
+            max_result_bytes: self.local.max_result_bytes.unwrap_or(defaults.max_result_bytes),
+            max_log_bytes: self.local.max_log_bytes.unwrap_or(defaults.max_log_bytes),
+            max_calls_in_flight: self.local.max_calls_in_flight.unwrap_or(defaults.max_calls_in_flight),
         }
     }
 }

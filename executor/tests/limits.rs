@@ -175,3 +175,39 @@ async fn calls_in_flight_are_bounded_per_execution() {
     );
     assert_eq!(reached.load(std::sync::atomic::Ordering::SeqCst), 3, "refused calls never reached dispatch");
 }
+
+#[tokio::test]
+async fn every_bound_has_a_per_request_override() {
+    let result = run(Request::new("async () => 'x'.repeat(200)").max_result_bytes(100)).await;
+    assert_eq!(
+        result.error_text(),
+        Some("Result is over the limit of 100 bytes. Return less, or return it in parts over several runs.")
+    );
+    let logs =
+        run(Request::new("async () => { console.log('a'.repeat(30)); console.log('b') }").max_log_bytes(10))
+            .await;
+    assert_eq!(
+        json(&logs),
+        r#"{"logs":["[codemode] Log limit of 10 bytes reached; later logs are dropped."]}"#
+    );
+    let calls = run(Request::new(
+        "async () => { try { await Promise.all([store.a(), store.b()]) } catch (e) { return e.message } }",
+    )
+    .provider(ProviderDescriptor::new("store", ["a", "b"]))
+    .dispatch(|_: ToolCall| async {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        "{}".to_owned()
+    })
+    .max_calls_in_flight(1))
+    .await;
+    assert_eq!(
+        json(&calls),
+        r#"{"result":"Too many tool calls in flight: the limit is 1. Await some before starting more.","logs":[]}"#
+    );
+    let shallow = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(200) } catch (e) { return e.name } }")
+        .stack_limit_bytes(48 * 1024))
+    .await;
+    assert_eq!(json(&shallow), r#"{"result":"RangeError","logs":[]}"#);
+    let deep = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(200) } catch (e) { return e.name } }")).await;
+    assert_eq!(json(&deep), r#"{"result":200,"logs":[]}"#);
+}
