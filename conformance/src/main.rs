@@ -13,6 +13,9 @@ const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--execu
                       (default: the suite in conformance/transcripts)
   --executor-cmd CMD  a program speaking the wire protocol on stdin/stdout (default: the built-in executor in-process)
   --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs)
+  --expected-failures FILE
+                      a JSON list of {\"transcript\": file name, \"reason\": why} this implementation is
+                      known to fail; such a case that passes fails the run, so the list cannot go stale
   --json              one JSON object per case instead of text lines";
 
 struct Args {
@@ -20,10 +23,25 @@ struct Args {
     command: Option<String>,
     engine: String,
     json: bool,
+    expected_failures: Option<PathBuf>,
+}
+
+/// A case an implementation is known to fail, and why.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExpectedFailure {
+    transcript: String,
+    reason: String,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut parsed = Args { dirs: Vec::new(), command: None, engine: "quickjs".to_owned(), json: false };
+    let mut parsed = Args {
+        dirs: Vec::new(),
+        command: None,
+        engine: "quickjs".to_owned(),
+        json: false,
+        expected_failures: None,
+    };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
         let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
@@ -32,6 +50,9 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--executor-cmd" => parsed.command = Some(value("--executor-cmd")?),
             "--engine" => parsed.engine = value("--engine")?,
             "--json" => parsed.json = true,
+            "--expected-failures" => {
+                parsed.expected_failures = Some(PathBuf::from(value("--expected-failures")?))
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -59,6 +80,18 @@ fn main() -> ExitCode {
             }
         }
     }
+    let expected: Vec<ExpectedFailure> = match &args.expected_failures {
+        None => Vec::new(),
+        Some(path) => match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|text| {
+            serde_json::from_str(&text).map_err(|e| format!("not a list of {{transcript, reason}}: {e}"))
+        }) {
+            Ok(list) => list,
+            Err(problem) => {
+                eprintln!("codemode-conformance: {}: {problem}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
     let implementation: Box<dyn Implementation> = match &args.command {
         Some(command) => match Subprocess::new(command, &args.engine) {
             Ok(subprocess) => Box::new(subprocess),
@@ -75,8 +108,22 @@ fn main() -> ExitCode {
     };
     let (mut passed, mut failed) = (0, 0);
     for (path, transcript) in &cases {
-        let result = runtime.block_on(run_case(implementation.as_ref(), transcript));
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let result = runtime.block_on(run_case(implementation.as_ref(), transcript));
+        let result = match (expected.iter().find(|e| e.transcript == file), result) {
+            (None, result) => result,
+            (Some(known), Err(_)) => {
+                println!("xfail {file}: {} (expected: {})", transcript.name, known.reason);
+                passed += 1;
+                continue;
+            }
+            (Some(known), Ok(())) => Err(codemode_conformance::Failure {
+                message: format!(
+                    "listed as an expected failure ({}) but it passes: remove it from the list",
+                    known.reason
+                ),
+            }),
+        };
         if args.json {
             let line = serde_json::json!({
                 "file": file,

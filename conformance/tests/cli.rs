@@ -32,3 +32,20 @@ fn bad_usage_and_unreadable_directories_exit_2() {
             .starts_with("codemode-conformance: /nonexistent: cannot read the directory")
     );
 }
+
+#[test]
+fn an_expected_failure_that_passes_fails_the_run() {
+    let list = std::env::temp_dir().join(format!("codemode-expected-{}.json", std::process::id()));
+    std::fs::write(&list, r#"[{"transcript":"names-fetch.json","reason":"an engine text"}]"#).unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--expected-failures", &list.display().to_string()])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(
+        stdout.contains("FAIL names-fetch.json: a provider named fetch breaks only the program\n  listed as an expected failure (an engine text) but it passes: remove it from the list"),
+        "{stdout}"
+    );
+    let _ = std::fs::remove_file(&list);
+}

@@ -5,8 +5,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
-  ci              cargo fmt --check, clippy with warnings denied, every test, the schema drift check
-  schema          write protocol/schema/*.json from the wire types
+  ci              cargo fmt --check, clippy with warnings denied, every test, the generated-file drift
+                  check, the conformance suite against the Node peer
+  schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
+                  conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
   bench           run the benchmarks";
 
@@ -68,7 +70,29 @@ fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     cargo(&["test", "--workspace"])?;
-    schema(true)
+    schema(true)?;
+    node_peer()
+}
+
+/// The conformance suite against the Node peer, an executor written apart on V8.
+fn node_peer() -> Result<(), String> {
+    let peer = root().join("conformance/peers/node");
+    run_in(&peer, "npm", &["ci", "--no-audit", "--no-fund"])?;
+    let command = format!("node {}", peer.join("peer.js").display());
+    let expected = peer.join("expected-failures.json");
+    cargo(&[
+        "run",
+        "--quiet",
+        "-p",
+        "codemode-conformance",
+        "--",
+        "--executor-cmd",
+        &command,
+        "--engine",
+        "v8",
+        "--expected-failures",
+        &expected.display().to_string(),
+    ])
 }
 
 fn schema(check: bool) -> Result<(), String> {
@@ -81,6 +105,8 @@ fn schema(check: bool) -> Result<(), String> {
         root().join("conformance/transcript.schema.json"),
         codemode_conformance::transcript::schema(),
     ));
+    schemas
+        .push((root().join("conformance/peers/node/codec.generated.js"), codemode_conformance::peer_codec()));
     for (path, text) in schemas {
         let committed = std::fs::read_to_string(&path).unwrap_or_default();
         if committed == text {
