@@ -28,11 +28,13 @@
 //! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
 mod config;
+pub mod daemon;
 mod engine;
 mod executor;
 mod host;
 mod outbound;
 mod pool;
+mod remote;
 mod request;
 mod watchdog;
 pub mod wire;
@@ -42,6 +44,7 @@ pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use config::{ExecutorConfig, Isolation, Limits};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
+pub use remote::RemoteExecutor;
 pub use request::Request;
 pub use wire::process::WorkerCommand;
 

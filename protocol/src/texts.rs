@@ -164,3 +164,12 @@ pub const CONNECTION_CLOSED: &str = "The host closed the connection before answe
 /// A worker process of process isolation ended before the run did.
 pub const WORKER_PROCESS_DIED: &str =
     "The isolated worker process ended before the run did. The execution is lost; run it again.";
+
+/// An execute beyond the daemon's bound on executions per connection.
+pub const TOO_MANY_EXECUTIONS: Template = Template(
+    "The daemon is running its maximum of {limit} executions on this connection. Wait for one to end, or open another connection.",
+);
+
+/// Every pending execute of a client whose connection to the daemon closed.
+pub const DAEMON_CONNECTION_LOST: &str =
+    "The connection to the daemon closed before the run ended. The execution is lost; run it again.";

@@ -17,7 +17,7 @@ use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{read_message, write_message};
+use super::{read_frame, write_message};
 use crate::{Executor, Request, RetainedExecution};
 
 type Waiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<String>>>>;
@@ -26,17 +26,104 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Serve `executor` on one connection until the client closes it. Executions still
-/// running when it closes are dropped (their engines disposed).
-pub async fn serve<R, W>(executor: Executor, mut input: R, mut output: W) -> Result<(), String>
+/// What one connection is allowed, and who hears about its executions.
+#[derive(Clone)]
+pub struct ServeOptions {
+    /// The token a client's hello must carry; `None` accepts any hello.
+    pub token: Option<String>,
+    /// The largest frame read; a longer one closes the connection with an error frame.
+    pub max_frame_bytes: usize,
+    /// Executions live at once on one connection; an execute beyond it gets an error outcome.
+    pub max_executions: usize,
+    /// Told when an execution starts and ends.
+    pub on_event: Option<Arc<dyn Fn(ServeEvent) + Send + Sync>>,
+}
+
+impl Default for ServeOptions {
+    fn default() -> ServeOptions {
+        ServeOptions {
+            token: None,
+            max_frame_bytes: super::MAX_FRAME_BYTES,
+            max_executions: 1024,
+            on_event: None,
+        }
+    }
+}
+
+/// What a served connection reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ServeEvent {
+    /// An execution started.
+    Started {
+        /// The client's id for it.
+        execution: u64,
+    },
+    /// An execution ended.
+    Ended {
+        /// The client's id for it.
+        execution: u64,
+        /// From execute to outcome.
+        duration: std::time::Duration,
+        /// `result`, `error`, or `cancelled`.
+        outcome: &'static str,
+    },
+}
+
+/// Serve `executor` on one connection until the client closes it, accepting any hello.
+pub async fn serve<R, W>(executor: Executor, input: R, output: W) -> Result<(), String>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_with(executor, input, output, ServeOptions::default()).await
+}
+
+/// Whether `given` is `expected`, in time that does not depend on where they differ.
+fn token_matches(given: Option<&str>, expected: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(expected.as_bytes())))
+}
+
+/// Serve `executor` on one connection with `options`. Executions still running when the
+/// client goes are dropped, their engines disposed.
+pub async fn serve_with<R, W>(
+    executor: Executor,
+    mut input: R,
+    mut output: W,
+    options: ServeOptions,
+) -> Result<(), String>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let refuse = |kind, message: String| ServerMessage::Error(ProtocolError { kind, message });
-    match read_message::<_, ClientMessage>(&mut input).await? {
+    let first = match read_frame::<_, ClientMessage>(&mut input, options.max_frame_bytes).await {
+        Ok(first) => first,
+        Err(problem) => {
+            let _ = write_message(&mut output, &refuse(problem.kind(), problem.to_string())).await;
+            return Err(problem.to_string());
+        }
+    };
+    match first {
         Some(ClientMessage::Hello(hello))
-            if hello.protocol == PROTOCOL_NAME && hello.version == PROTOCOL_VERSION => {}
+            if hello.protocol == PROTOCOL_NAME && hello.version == PROTOCOL_VERSION =>
+        {
+            if let Some(expected) = &options.token {
+                if !token_matches(hello.token.as_deref(), expected) {
+                    let message = if hello.token.is_none() {
+                        "this daemon requires a token and the hello carried none; pass the token the daemon was started with"
+                    } else {
+                        "the hello's token is not this daemon's token"
+                    };
+                    let _ = write_message(
+                        &mut output,
+                        &refuse(ProtocolErrorKind::Unauthorized, message.to_owned()),
+                    )
+                    .await;
+                    return Err(message.to_owned());
+                }
+            }
+        }
         Some(ClientMessage::Hello(hello)) => {
             let message = format!(
                 "this server speaks {PROTOCOL_NAME} version {PROTOCOL_VERSION}; the client said {} version {}",
@@ -64,12 +151,12 @@ where
     let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
     let retained: Arc<Mutex<HashMap<u64, RetainedExecution>>> = Arc::default();
     let result = loop {
-        let message = match read_message::<_, ClientMessage>(&mut input).await {
+        let message = match read_frame::<_, ClientMessage>(&mut input, options.max_frame_bytes).await {
             Ok(Some(message)) => message,
             Ok(None) => break Ok(()),
             Err(problem) => {
-                let _ = out.send(refuse(ProtocolErrorKind::MalformedFrame, problem.clone()));
-                break Err(problem);
+                let _ = out.send(refuse(problem.kind(), problem.to_string()));
+                break Err(problem.to_string());
             }
         };
         match message {
@@ -81,6 +168,14 @@ where
                     let _ = out.send(refuse(ProtocolErrorKind::DuplicateExecution, problem.clone()));
                     break Err(problem);
                 }
+                if lock(&running).len() + lock(&retained).len() >= options.max_executions {
+                    let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
+                    let _ = out.send(ServerMessage::Outcome {
+                        execution,
+                        outcome: Outcome::error(text, Vec::new()),
+                    });
+                    continue;
+                }
                 let retain = request.retain_handles;
                 let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
                     execution,
@@ -91,6 +186,11 @@ where
                 let request = Request::from_wire(request, Some(dispatch));
                 let (executor, out, running_map, retained_map, waiting_map) =
                     (executor.clone(), out.clone(), running.clone(), retained.clone(), waiting.clone());
+                let on_event = options.on_event.clone();
+                if let Some(tell) = &on_event {
+                    tell(ServeEvent::Started { execution });
+                }
+                let started = std::time::Instant::now();
                 let task = tokio::spawn(async move {
                     let outcome = if retain {
                         let (outcome, handle) = executor.execute_retained(request).await;
@@ -101,6 +201,10 @@ where
                     };
                     lock(&running_map).remove(&execution);
                     lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
+                    if let Some(tell) = &on_event {
+                        let kind = if outcome.error_text().is_some() { "error" } else { "result" };
+                        tell(ServeEvent::Ended { execution, duration: started.elapsed(), outcome: kind });
+                    }
                     let _ = out.send(ServerMessage::Outcome { execution, outcome });
                 });
                 lock(&running).insert(execution, task);
@@ -113,6 +217,13 @@ where
             ClientMessage::Cancel { execution } => {
                 if let Some(task) = lock(&running).remove(&execution) {
                     task.abort();
+                    if let Some(tell) = &options.on_event {
+                        tell(ServeEvent::Ended {
+                            execution,
+                            duration: std::time::Duration::ZERO,
+                            outcome: "cancelled",
+                        });
+                    }
                     let outcome = Outcome::error(texts::CANCELLED, Vec::new());
                     let _ = out.send(ServerMessage::Outcome { execution, outcome });
                 }

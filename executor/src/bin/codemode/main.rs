@@ -11,6 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use codemode_executor::daemon::{Daemon, DaemonConfig, TlsFiles};
 use codemode_executor::{Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 
 #[derive(Parser)]
@@ -49,6 +50,30 @@ enum Command {
     /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
     /// message per line), for conformance runners, process isolation and other hosts.
     Stdio,
+    /// Serve the executor as a daemon: every call travels back over the connection.
+    Serve {
+        /// unix:/path/to.sock, or tcp:HOST:PORT (plain TCP only on a loopback address).
+        #[arg(long, value_name = "ADDRESS")]
+        listen: String,
+        /// A file holding the token every client must present (required on TCP).
+        #[arg(long, value_name = "FILE")]
+        token_file: Option<PathBuf>,
+        /// The TLS certificate chain (PEM), for TCP.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The TLS private key (PEM), for TCP.
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// Executions live at once per connection.
+        #[arg(long, value_name = "N", default_value_t = 1024)]
+        max_executions: usize,
+        /// The largest frame read from a client.
+        #[arg(long, value_name = "N", default_value_t = codemode_executor::wire::MAX_FRAME_BYTES)]
+        max_frame_bytes: usize,
+        /// Log JSON lines instead of text lines.
+        #[arg(long)]
+        json_logs: bool,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -69,6 +94,36 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        Command::Serve {
+            listen,
+            token_file,
+            tls_cert,
+            tls_key,
+            max_executions,
+            max_frame_bytes,
+            json_logs,
+        } => {
+            let token = match token_file.map(|path| {
+                std::fs::read_to_string(&path)
+                    .map(|t| t.trim().to_owned())
+                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))
+            }) {
+                None => None,
+                Some(Ok(token)) if !token.is_empty() => Some(token),
+                Some(Ok(_)) => return usage_error("the token file is empty; put the token in it".to_owned()),
+                Some(Err(problem)) => return usage_error(problem),
+            };
+            let listen = match listen.parse() {
+                Ok(address) => address,
+                Err(problem) => return usage_error(problem),
+            };
+            let tls = tls_cert.zip(tls_key).map(|(cert, key)| TlsFiles { cert, key });
+            let config = DaemonConfig { listen, token, tls, max_executions, max_frame_bytes, json_logs };
+            match serve(config) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(problem) => usage_error(problem),
+            }
+        }
         Command::Stdio => match stdio() {
             Ok(()) => ExitCode::SUCCESS,
             Err(message) => {
@@ -86,6 +141,22 @@ fn main() -> ExitCode {
             }
         }
     }
+}
+
+fn usage_error(problem: String) -> ExitCode {
+    eprintln!("codemode: {problem}");
+    ExitCode::from(2)
+}
+
+fn serve(config: DaemonConfig) -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let daemon = Daemon::bind(config).await?;
+        daemon.serve(Executor::default()).await
+    })
 }
 
 fn stdio() -> Result<(), String> {
