@@ -176,5 +176,38 @@ impl Implementation for Subprocess {
     }
 }
 
+/// An executor behind a daemon (`codemode serve`), reached with `RemoteExecutor`.
+pub struct Remote {
+    name: String,
+    engine: String,
+    executor: codemode_executor::RemoteExecutor,
+}
+
+impl Remote {
+    /// Connect to `address` (`unix:PATH` or `tcp:HOST:PORT`) with `token`.
+    pub async fn connect(address: &str, token: Option<&str>, engine: &str) -> Result<Remote, String> {
+        let executor = codemode_executor::RemoteExecutor::connect(address, token).await?;
+        Ok(Remote { name: format!("daemon at {address}"), engine: engine.to_owned(), executor })
+    }
+}
+
+impl Implementation for Remote {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    fn run<'a>(
+        &'a self,
+        request: ExecuteRequest,
+        host: Host,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        Box::pin(async move { Ok(self.executor.execute(Request::from_wire(request, Some(host))).await) })
+    }
+}
+
 /// A call that reached the host: what the runner records.
 pub type Arrival = ToolCall;

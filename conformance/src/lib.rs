@@ -5,7 +5,7 @@ pub mod implementation;
 pub mod runner;
 pub mod transcript;
 
-pub use implementation::{Implementation, InProcess, Subprocess};
+pub use implementation::{Implementation, InProcess, Remote, Subprocess};
 pub use runner::{Failure, run_case};
 pub use transcript::{Exchange, LoadError, Transcript, load, load_dir};
 

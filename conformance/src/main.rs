@@ -6,12 +6,14 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use codemode_conformance::{Implementation, InProcess, Subprocess, load_dir, run_case};
+use codemode_conformance::{Implementation, InProcess, Remote, Subprocess, load_dir, run_case};
 
-const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--executor-cmd \"CMD ARGS\"] [--engine NAME] [--json]
+const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--executor-cmd \"CMD ARGS\" | --connect ADDRESS [--token-file FILE]] [--engine NAME] [--json]
   --transcripts DIR   a directory of transcript files (*.json); may be given several times
                       (default: the suite in conformance/transcripts)
   --executor-cmd CMD  a program speaking the wire protocol on stdin/stdout (default: the built-in executor in-process)
+  --connect ADDRESS   a daemon (codemode serve) at unix:PATH or tcp:HOST:PORT
+  --token-file FILE   the daemon's token
   --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs)
   --expected-failures FILE
                       a JSON list of {\"transcript\": file name, \"reason\": why} this implementation is
@@ -24,6 +26,8 @@ struct Args {
     engine: String,
     json: bool,
     expected_failures: Option<PathBuf>,
+    connect: Option<String>,
+    token_file: Option<PathBuf>,
 }
 
 /// A case an implementation is known to fail, and why.
@@ -41,6 +45,8 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
         engine: "quickjs".to_owned(),
         json: false,
         expected_failures: None,
+        connect: None,
+        token_file: None,
     };
     let mut args = args.peekable();
     while let Some(arg) = args.next() {
@@ -50,11 +56,16 @@ fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--executor-cmd" => parsed.command = Some(value("--executor-cmd")?),
             "--engine" => parsed.engine = value("--engine")?,
             "--json" => parsed.json = true,
+            "--connect" => parsed.connect = Some(value("--connect")?),
+            "--token-file" => parsed.token_file = Some(PathBuf::from(value("--token-file")?)),
             "--expected-failures" => {
                 parsed.expected_failures = Some(PathBuf::from(value("--expected-failures")?))
             }
             other => return Err(format!("unknown argument {other:?}")),
         }
+    }
+    if parsed.command.is_some() && parsed.connect.is_some() {
+        return Err("give --executor-cmd or --connect, not both".to_owned());
     }
     if parsed.dirs.is_empty() {
         parsed.dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/transcripts")));
@@ -92,19 +103,38 @@ fn main() -> ExitCode {
             }
         },
     };
-    let implementation: Box<dyn Implementation> = match &args.command {
-        Some(command) => match Subprocess::new(command, &args.engine) {
+    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
+        eprintln!("codemode-conformance: cannot start the async runtime");
+        return ExitCode::from(2);
+    };
+    let token = match &args.token_file {
+        None => None,
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(token) => Some(token.trim().to_owned()),
+            Err(e) => {
+                eprintln!("codemode-conformance: cannot read the token file {}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let implementation: Box<dyn Implementation> = match (&args.command, &args.connect) {
+        (Some(command), _) => match Subprocess::new(command, &args.engine) {
             Ok(subprocess) => Box::new(subprocess),
             Err(problem) => {
                 eprintln!("codemode-conformance: {problem}");
                 return ExitCode::from(2);
             }
         },
-        None => Box::new(InProcess::new()),
-    };
-    let Ok(runtime) = tokio::runtime::Builder::new_multi_thread().enable_all().build() else {
-        eprintln!("codemode-conformance: cannot start the async runtime");
-        return ExitCode::from(2);
+        (None, Some(address)) => {
+            match runtime.block_on(Remote::connect(address, token.as_deref(), &args.engine)) {
+                Ok(remote) => Box::new(remote),
+                Err(problem) => {
+                    eprintln!("codemode-conformance: {problem}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        (None, None) => Box::new(InProcess::new()),
     };
     let (mut passed, mut failed) = (0, 0);
     for (path, transcript) in &cases {
