@@ -77,6 +77,39 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
+    let (unix, tcp) = rt.block_on(async {
+        use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
+        let config = |listen, token| DaemonConfig {
+            listen,
+            token,
+            tls: None,
+            max_executions: 1024,
+            max_frame_bytes: 1 << 24,
+            json_logs: false,
+        };
+        let path = std::env::temp_dir().join(format!("codemode-bench-{}.sock", std::process::id()));
+        let on_unix = Daemon::bind(config(Address::Unix(path), None)).await.unwrap();
+        let on_tcp =
+            Daemon::bind(config(Address::Tcp("127.0.0.1:0".into()), Some("bench".into()))).await.unwrap();
+        let (unix, tcp) = (on_unix.address().to_string(), on_tcp.address().to_string());
+        tokio::spawn(on_unix.serve(Executor::new(ExecutorConfig { workers: 1, ..Default::default() })));
+        tokio::spawn(on_tcp.serve(Executor::new(ExecutorConfig { workers: 1, ..Default::default() })));
+        (
+            codemode_executor::RemoteExecutor::connect(&unix, None).await.unwrap(),
+            codemode_executor::RemoteExecutor::connect(&tcp, Some("bench")).await.unwrap(),
+        )
+    });
+    let mut group = c.benchmark_group("daemon");
+    for (name, remote) in [("unix socket", &unix), ("tcp loopback", &tcp)] {
+        group.bench_function(format!("async () => 1 over a {name}"), |b| {
+            b.iter(|| rt.block_on(remote.execute(Request::new("async () => 1"))))
+        });
+        group.bench_function(format!("100 sequential calls over a {name}"), |b| {
+            b.iter(|| rt.block_on(remote.execute(calls(100))))
+        });
+    }
+    group.finish();
+
     let mut group = c.benchmark_group("tool calls");
     for n in [0, 100] {
         group.bench_function(format!("{n} sequential calls in one run"), |b| {

@@ -52,4 +52,5 @@ pub use wire::process::WorkerCommand;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/tools.md")]
 #[doc = include_str!("../../docs/network.md")]
+#[doc = include_str!("../../docs/daemon.md")]
 pub struct Guides;
