@@ -53,7 +53,7 @@ pub(crate) fn spawn<E: Engine + 'static>(
         .name(format!("codemode-worker-{index}"))
         .stack_size(WORKER_STACK_BYTES)
         .spawn(move || {
-            Worker::<E> { me: me.clone(), live: HashMap::new() }.run(&jobs, &messages);
+            Worker::<E> { me: me.clone(), live: HashMap::new(), blank: None }.run(&jobs, &messages);
             me.exited.store(true, Ordering::Release);
         })
         .unwrap_or_else(|e| panic!("could not start a worker thread: {e}"));
@@ -69,9 +69,11 @@ struct Live<E> {
     events: UnboundedSender<Event>,
 }
 
-struct Worker<E> {
+struct Worker<E: Engine> {
     me: Arc<WorkerState>,
     live: HashMap<u64, Live<E>>,
+    /// The next job's engine, made while the host reads the last outcome.
+    blank: Option<E::Blank>,
 }
 
 enum Next {
@@ -99,6 +101,9 @@ impl<E: Engine> Worker<E> {
                 Next::Exit => jobs_open = false,
             }
             self.tick();
+            if self.blank.is_none() && jobs_open && !self.me.retiring.load(Ordering::Relaxed) {
+                self.blank = catch_unwind(E::blank).ok();
+            }
         }
     }
 
@@ -140,7 +145,8 @@ impl<E: Engine> Worker<E> {
         let (deadline, timeout_ms) = (job.deadline, job.limits.timeout.as_millis());
         self.me.live.fetch_add(1, Ordering::Relaxed);
         self.me.enter_engine();
-        let started = catch_unwind(AssertUnwindSafe(|| E::start(job)));
+        let blank = self.blank.take();
+        let started = catch_unwind(AssertUnwindSafe(|| E::start(job, blank)));
         self.me.leave_engine();
         match started {
             Ok(engine) => {

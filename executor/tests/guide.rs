@@ -532,3 +532,34 @@ async fn a_provider_named_fetch_breaks_only_the_program() {
         run(Request::new("async () => typeof fetch").provider(ProviderDescriptor::new("fetch", ["x"]))).await;
     assert_eq!(json(&typeof_fetch), r#"{"result":"object","logs":[]}"#);
 }
+
+#[tokio::test]
+async fn binary_among_look_alike_data_crosses_exactly() {
+    let recorder = Recorder::default();
+    let outcome = run(Request::new(
+        r#"async () => {
+          await store.mixed([{ data: 0 }, new Uint8Array([1]), { x: '{"__executor_binary_v1__":"' }, new Uint16Array([2]), '}']);
+          await store.own({ __executor_binary_v1__: 'Uint8Array', data: 'AQID' }, new Uint8Array([9]));
+          return 'sent';
+        }"#,
+    )
+    .provider(store(&["mixed", "own"]))
+    .dispatch(recorder.dispatch(|_| "{}".to_owned())))
+    .await;
+    assert_eq!(json(&outcome), r#"{"result":"sent","logs":[]}"#);
+    assert_eq!(
+        recorder.calls(),
+        vec![
+            triple(
+                "store",
+                "mixed",
+                r#"[[{"data":0},{"__executor_binary_v1__":"Uint8Array","data":"AQ=="},{"x":"{\"__executor_binary_v1__\":\""},{"__executor_binary_v1__":"Uint16Array","data":"AgA="},"}"]]"#
+            ),
+            triple(
+                "store",
+                "own",
+                r#"[{"__executor_binary_v1__":"Uint8Array","data":"AQID"},{"__executor_binary_v1__":"Uint8Array","data":"CQ=="}]"#
+            ),
+        ]
+    );
+}

@@ -167,6 +167,11 @@ fn entry_source_behaves_as_the_guide_says_on_v8() {
             )],
         )
         .answer("api.v1.users.list", r#"{"result":"api.v1.users.list served"}"#),
+        case(
+            "binary among look-alike data crosses exactly",
+            r#"async () => { await store.mixed([{ data: 0 }, new Uint8Array([1]), { x: '{"__executor_binary_v1__":"' }, new Uint16Array([2]), '}']); await store.own({ __executor_binary_v1__: 'Uint8Array', data: 'AQID' }, new Uint8Array([9])); return 1 }"#,
+            store(&["mixed", "own"]),
+        ),
         Case {
             poison: true,
             ..case(
@@ -252,6 +257,22 @@ fn entry_source_behaves_as_the_guide_says_on_v8() {
         "proxySource replaces the proxy",
         calls(&[["api", "v1.users.list", "[]"]]),
         json!({"result": "api.v1.users.list served"}),
+    );
+    expect(
+        "binary among look-alike data crosses exactly",
+        calls(&[
+            [
+                "store",
+                "mixed",
+                r#"[[{"data":0},{"__executor_binary_v1__":"Uint8Array","data":"AQ=="},{"x":"{\"__executor_binary_v1__\":\""},{"__executor_binary_v1__":"Uint16Array","data":"AgA="},"}"]]"#,
+            ],
+            [
+                "store",
+                "own",
+                r#"[{"__executor_binary_v1__":"Uint8Array","data":"AQID"},{"__executor_binary_v1__":"Uint8Array","data":"CQ=="}]"#,
+            ],
+        ]),
+        json!({"result": 1}),
     );
     expect(
         "the generated source reads no global outside the reserved list",

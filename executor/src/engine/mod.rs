@@ -64,8 +64,14 @@ pub(crate) enum Settlement {
 
 /// One execution's engine, driven by a worker thread.
 pub(crate) trait Engine: Sized {
-    /// A fresh engine that has evaluated the job's entry source and run its microtasks.
-    fn start(job: Job) -> Self;
+    /// An empty engine made ahead of time, while the worker is idle, for the next job
+    /// only: never used by two executions.
+    type Blank;
+    /// Make a blank engine.
+    fn blank() -> Self::Blank;
+    /// A fresh engine (from `blank`, or made now) that has evaluated the job's entry
+    /// source and run its microtasks.
+    fn start(job: Job, blank: Option<Self::Blank>) -> Self;
     /// Deliver an answer to a pending call, then run microtasks.
     fn answer(&mut self, call: u64, answer: CallAnswer);
     /// Run the timers due by `now`, then microtasks.

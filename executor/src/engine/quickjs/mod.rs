@@ -215,12 +215,20 @@ impl Drop for QuickJs {
 }
 
 impl Engine for QuickJs {
-    fn start(mut job: Job) -> QuickJs {
+    type Blank = (Runtime, Context);
+
+    fn blank() -> (Runtime, Context) {
+        let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
+        let context = Context::full(&runtime).unwrap_or_else(|e| panic!("QuickJS context: {e}"));
+        (runtime, context)
+    }
+
+    fn start(mut job: Job, blank: Option<(Runtime, Context)>) -> QuickJs {
         let scope_source = std::mem::take(&mut job.scope_source);
         let deadline = Rc::new(Cell::new(job.deadline));
         let interrupted = Rc::new(Cell::new(false));
         let limits = job.limits.clone();
-        let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
+        let (runtime, context) = blank.unwrap_or_else(Self::blank);
         runtime.set_memory_limit(limits.memory_limit_bytes);
         runtime.set_max_stack_size(limits.stack_limit_bytes);
         let (until, flag, stop) = (deadline.clone(), interrupted.clone(), job.stop.clone());
@@ -235,7 +243,6 @@ impl Engine for QuickJs {
             }
             over
         })));
-        let context = Context::full(&runtime).unwrap_or_else(|e| panic!("QuickJS context: {e}"));
         let state = Rc::new(RefCell::new(State {
             job,
             next_call: 0,
