@@ -44,8 +44,7 @@ pub enum Isolation {
     InProcess,
     /// Each execution in a worker process from a pool, killed on overrun, so a deadline
     /// holds against anything a single native call does. Needs a Tokio runtime with the
-    /// time driver (as `#[tokio::main]` gives); `fetch` stays closed and retention is not
-    /// available there.
+    /// time driver (as `#[tokio::main]` gives); retention is not available there.
     Process(crate::wire::process::WorkerCommand),
 }
 

@@ -45,3 +45,53 @@ where
         Box::pin(self(request))
     }
 }
+
+impl From<OutboundRequest> for codemode_protocol::wire::FetchRequest {
+    fn from(request: OutboundRequest) -> Self {
+        codemode_protocol::wire::FetchRequest {
+            method: request.method,
+            url: request.url,
+            headers: request.headers,
+            body: request.body.into(),
+        }
+    }
+}
+
+impl From<codemode_protocol::wire::FetchRequest> for OutboundRequest {
+    fn from(request: codemode_protocol::wire::FetchRequest) -> Self {
+        OutboundRequest {
+            method: request.method,
+            url: request.url,
+            headers: request.headers,
+            body: request.body.into_vec(),
+        }
+    }
+}
+
+/// The wire's form of a handler's answer.
+pub(crate) fn to_fetch_answer(
+    answer: Result<OutboundResponse, String>,
+) -> codemode_protocol::wire::FetchAnswer {
+    use codemode_protocol::wire::FetchAnswer;
+    match answer {
+        Ok(response) => FetchAnswer::Response {
+            status: response.status,
+            headers: response.headers,
+            body: response.body.into(),
+        },
+        Err(error) => FetchAnswer::Refused { error },
+    }
+}
+
+/// A handler's answer, from the wire's form.
+pub(crate) fn from_fetch_answer(
+    answer: codemode_protocol::wire::FetchAnswer,
+) -> Result<OutboundResponse, String> {
+    use codemode_protocol::wire::FetchAnswer;
+    match answer {
+        FetchAnswer::Response { status, headers, body } => {
+            Ok(OutboundResponse { status, headers, body: body.into_vec() })
+        }
+        FetchAnswer::Refused { error } => Err(error),
+    }
+}

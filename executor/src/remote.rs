@@ -28,6 +28,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 struct Pending {
     dispatch: Option<Arc<dyn Dispatch>>,
+    outbound: Option<Arc<dyn crate::Outbound>>,
     done: oneshot::Sender<Outcome>,
 }
 
@@ -125,7 +126,9 @@ impl RemoteExecutor {
         }
         let execution = connection.next_execution.fetch_add(1, Ordering::Relaxed);
         let (done, outcome) = oneshot::channel();
-        connection.pending().insert(execution, Pending { dispatch: request.dispatch.clone(), done });
+        let pending =
+            Pending { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), done };
+        connection.pending().insert(execution, pending);
         let guard = CancelOnDrop { connection: connection.clone(), execution };
         if connection.out.send(ClientMessage::Execute { execution, request: request.to_wire() }).is_err() {
             connection.close();
@@ -204,6 +207,15 @@ where
                     tokio::spawn(async move {
                         let answer = dispatch.dispatch(tool_call).await;
                         let _ = out.send(ClientMessage::Answer { execution, call, answer });
+                    });
+                }
+                ServerMessage::Fetch { execution, call, request } => {
+                    let outbound = connection.pending().get(&execution).and_then(|p| p.outbound.clone());
+                    let Some(outbound) = outbound else { continue };
+                    let out = connection.out.clone();
+                    tokio::spawn(async move {
+                        let answer = crate::outbound::to_fetch_answer(outbound.fetch(request.into()).await);
+                        let _ = out.send(ClientMessage::FetchAnswer { execution, call, answer });
                     });
                 }
                 ServerMessage::Outcome { execution, outcome } => {

@@ -50,12 +50,21 @@ impl Request {
     ///
     /// `retainHandles` is the caller's choice of [`crate::Executor::execute_retained`].
     pub fn from_wire(wire: ExecuteRequest, dispatch: Option<Arc<dyn Dispatch>>) -> Request {
+        Request::from_wire_with(wire, dispatch, None)
+    }
+
+    /// [`Request::from_wire`] with the outbound handler it says it carries (`outbound: true`).
+    pub fn from_wire_with(
+        wire: ExecuteRequest,
+        dispatch: Option<Arc<dyn Dispatch>>,
+        outbound: Option<Arc<dyn Outbound>>,
+    ) -> Request {
         let bytes = |n: Option<u64>| n.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         Request {
             code: wire.code,
             providers: wire.providers,
             dispatch: if wire.dispatch { dispatch } else { None },
-            outbound: None,
+            outbound: if wire.outbound { outbound } else { None },
             timeout: wire.timeout_ms.map(Duration::from_millis),
             memory_limit_bytes: bytes(wire.memory_limit_bytes),
             max_payload_bytes: bytes(wire.max_payload_bytes),
@@ -135,6 +144,7 @@ impl Request {
             code: self.code.clone(),
             providers: self.providers.clone(),
             dispatch: self.dispatch.is_some(),
+            outbound: self.outbound.is_some(),
             retain_handles: false,
             timeout_ms: self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             memory_limit_bytes: self.memory_limit_bytes.map(|b| b as u64),

@@ -279,3 +279,38 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
     let after = remote.execute(Request::new("async () => 1")).await;
     assert_eq!(after.error_text(), Some(codemode_protocol::texts::DAEMON_CONNECTION_LOST));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_travels_back_to_the_hosts_outbound_handler() {
+    let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let outbound = |request: codemode_executor::OutboundRequest| async move {
+        if request.url == "https://api.example.com/price" {
+            Ok(codemode_executor::OutboundResponse {
+                status: 200,
+                headers: vec![],
+                body: br#"{"price":42}"#.to_vec(),
+            })
+        } else {
+            Err(format!("{} is not allowed", request.url))
+        }
+    };
+    let outcome = remote
+        .execute(
+            Request::new(
+                "async () => { const price = (await (await fetch('https://api.example.com/price')).json()).price; try { await fetch('https://x.example/') } catch (e) { return [price, e.message] } }",
+            )
+            .outbound(outbound),
+        )
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":[42,"https://x.example/ is not allowed"],"logs":[]}"#);
+    let closed = remote
+        .execute(Request::new(
+            "async () => { try { await fetch('https://x.example/') } catch (e) { return e.message } }",
+        ))
+        .await;
+    assert_eq!(
+        json(&closed),
+        r#"{"result":"Network access is closed for this execution: fetch is refused. Reach data through the declared providers.","logs":[]}"#
+    );
+}

@@ -61,3 +61,15 @@ async fn retention_is_refused_with_a_clear_text() {
     let (outcome, _) = isolated().execute_retained(Request::new("async () => 1")).await;
     assert_eq!(outcome.error_text(), Some(codemode_executor::RETAIN_NEEDS_IN_PROCESS));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_from_a_worker_process_reaches_the_hosts_outbound_handler() {
+    let outcome = isolated()
+        .execute(Request::new("async () => (await fetch('https://api.example.com/')).status").outbound(
+            |_: codemode_executor::OutboundRequest| async {
+                Ok(codemode_executor::OutboundResponse { status: 204, headers: vec![], body: vec![] })
+            },
+        ))
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":204,"logs":[]}"#);
+}

@@ -258,6 +258,25 @@ impl std::ops::Deref for Bytes {
     }
 }
 
+impl schemars::JsonSchema for Bytes {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Bytes".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "Bytes as the binary tag: {\"__executor_binary_v1__\": kind, \"data\": standard base64}.",
+            "type": "object",
+            "properties": {
+                "__executor_binary_v1__": { "type": "string" },
+                "data": { "type": "string" }
+            },
+            "required": ["__executor_binary_v1__", "data"],
+            "additionalProperties": false
+        })
+    }
+}
+
 impl Serialize for Bytes {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serialize_tag(BinaryKind::Uint8Array, &self.0, serializer)

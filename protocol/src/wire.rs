@@ -30,6 +30,10 @@ pub struct ExecuteRequest {
     /// Whether the request carries a dispatch. Without one every call meets `Tool "<tool>" not found`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dispatch: bool,
+    /// Whether the request carries an outbound handler: `fetch` then travels to the host as
+    /// `fetch` messages. Without one the network is closed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outbound: bool,
     /// Keep the engine after the run settles, until the host releases it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub retain_handles: bool,
@@ -51,6 +55,7 @@ impl ExecuteRequest {
             code: code.into(),
             providers: Vec::new(),
             dispatch: false,
+            outbound: false,
             retain_handles: false,
             timeout_ms: None,
             memory_limit_bytes: None,
@@ -160,6 +165,15 @@ pub enum ClientMessage {
         /// The dispatch's answer string, as returned.
         answer: String,
     },
+    /// The host's answer to a [`ServerMessage::Fetch`].
+    FetchAnswer {
+        /// The execution the fetch belongs to.
+        execution: u64,
+        /// The fetch's id, as the server sent it.
+        call: u64,
+        /// The response, or why the host refused it.
+        answer: FetchAnswer,
+    },
     /// End an execution now; its outcome still arrives.
     Cancel {
         /// The execution to end.
@@ -187,6 +201,15 @@ pub enum ServerMessage {
         /// The three strings of the call.
         #[serde(flatten)]
         tool_call: ToolCall,
+    },
+    /// A `fetch` the program made; the client answers it with [`ClientMessage::FetchAnswer`].
+    Fetch {
+        /// The execution that made it.
+        execution: u64,
+        /// The server's id for it, unique within the execution.
+        call: u64,
+        /// What the program asked for.
+        request: FetchRequest,
     },
     /// An execution ended.
     Outcome {
@@ -223,4 +246,38 @@ pub enum ProtocolErrorKind {
     FrameTooLarge,
     /// An execution id was reused while still live.
     DuplicateExecution,
+}
+
+/// A `fetch(url, init)` as it crosses the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FetchRequest {
+    /// Upper-cased, `GET` by default.
+    pub method: String,
+    /// As the program wrote it.
+    pub url: String,
+    /// Lower-cased names and their values, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body's bytes, tagged.
+    pub body: crate::Bytes,
+}
+
+/// The host's answer to a fetch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum FetchAnswer {
+    /// The host refused it; the program's `fetch` rejects with this text.
+    Refused {
+        /// Why.
+        error: String,
+    },
+    /// The response the program gets.
+    Response {
+        /// The HTTP status.
+        status: u16,
+        /// Header names and values.
+        headers: Vec<(String, String)>,
+        /// The body's bytes, tagged.
+        body: crate::Bytes,
+    },
 }

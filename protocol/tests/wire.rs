@@ -66,3 +66,38 @@ fn messages() {
         r#"{"type":"outcome","execution":1,"outcome":{"result":42,"logs":[]}}"#,
     );
 }
+
+#[test]
+fn fetch_messages() {
+    use codemode_protocol::Bytes;
+    use codemode_protocol::wire::{FetchAnswer, FetchRequest};
+    test_serialization(
+        &ServerMessage::Fetch {
+            execution: 1,
+            call: 3,
+            request: FetchRequest {
+                method: "POST".into(),
+                url: "https://api.example.com/".into(),
+                headers: vec![("x-key".into(), "k".into())],
+                body: Bytes::from([1, 2, 3]),
+            },
+        },
+        r#"{"type":"fetch","execution":1,"call":3,"request":{"method":"POST","url":"https://api.example.com/","headers":[["x-key","k"]],"body":{"__executor_binary_v1__":"Uint8Array","data":"AQID"}}}"#,
+    );
+    test_serialization(
+        &ClientMessage::FetchAnswer {
+            execution: 1,
+            call: 3,
+            answer: FetchAnswer::Response { status: 200, headers: vec![], body: Bytes::default() },
+        },
+        r#"{"type":"fetchAnswer","execution":1,"call":3,"answer":{"status":200,"headers":[],"body":{"__executor_binary_v1__":"Uint8Array","data":""}}}"#,
+    );
+    test_serialization(
+        &ClientMessage::FetchAnswer {
+            execution: 1,
+            call: 4,
+            answer: FetchAnswer::Refused { error: "no".into() },
+        },
+        r#"{"type":"fetchAnswer","execution":1,"call":4,"answer":{"error":"no"}}"#,
+    );
+}

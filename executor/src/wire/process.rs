@@ -121,7 +121,7 @@ async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> 
     write_message(&mut worker.stdin, &ClientMessage::Execute { execution: 1, request: wire })
         .await
         .map_err(|_| died())?;
-    let (answered, mut answers) = mpsc::unbounded_channel::<(u64, String)>();
+    let (answered, mut answers) = mpsc::unbounded_channel::<ClientMessage>();
     let answered = Arc::new(answered);
     loop {
         tokio::select! {
@@ -131,15 +131,23 @@ async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> 
                     let answered = answered.clone();
                     tokio::spawn(async move {
                         let answer = dispatch.dispatch(tool_call).await;
-                        let _ = answered.send((call, answer));
+                        let _ = answered.send(ClientMessage::Answer { execution: 1, call, answer });
+                    });
+                }
+                Ok(Some(ServerMessage::Fetch { call, request: fetch, .. })) => {
+                    let Some(outbound) = request.outbound.clone() else { continue };
+                    let answered = answered.clone();
+                    tokio::spawn(async move {
+                        let answer = crate::outbound::to_fetch_answer(outbound.fetch(fetch.into()).await);
+                        let _ = answered.send(ClientMessage::FetchAnswer { execution: 1, call, answer });
                     });
                 }
                 Ok(Some(ServerMessage::Outcome { outcome, .. })) => return Ok(outcome),
                 Ok(Some(_)) => {}
                 Ok(None) | Err(_) => return Err(died()),
             },
-            Some((call, answer)) = answers.recv() => {
-                write_message(&mut worker.stdin, &ClientMessage::Answer { execution: 1, call, answer })
+            Some(answer) = answers.recv() => {
+                write_message(&mut worker.stdin, &answer)
                     .await
                     .map_err(|_| died())?;
             }

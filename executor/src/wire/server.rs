@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{
-    ClientMessage, Hello, PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind, ServerMessage,
+    ClientMessage, FetchAnswer, Hello, PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind,
+    ServerMessage,
 };
 use codemode_protocol::{Dispatch, Outcome, ToolCall, error_envelope};
 use tokio::io::{AsyncBufRead, AsyncWrite};
@@ -18,9 +19,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{read_frame, write_message};
+use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::{Executor, Request, RetainedExecution};
 
 type Waiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<String>>>>;
+type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<FetchAnswer>>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -148,6 +151,7 @@ where
         Ok::<_, std::io::Error>(())
     });
     let waiting: Waiting = Arc::default();
+    let fetch_waiting: FetchWaiting = Arc::default();
     let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
     let retained: Arc<Mutex<HashMap<u64, RetainedExecution>>> = Arc::default();
     let result = loop {
@@ -177,13 +181,20 @@ where
                     continue;
                 }
                 let retain = request.retain_handles;
+                let next_call = Arc::new(AtomicU64::new(1));
                 let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
                     execution,
-                    next_call: AtomicU64::new(1),
+                    next_call: next_call.clone(),
                     out: out.clone(),
                     waiting: waiting.clone(),
                 });
-                let request = Request::from_wire(request, Some(dispatch));
+                let outbound: Arc<dyn Outbound> = Arc::new(WireOutbound {
+                    execution,
+                    next_call,
+                    out: out.clone(),
+                    waiting: fetch_waiting.clone(),
+                });
+                let request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
                 let (executor, out, running_map, retained_map, waiting_map) =
                     (executor.clone(), out.clone(), running.clone(), retained.clone(), waiting.clone());
                 let on_event = options.on_event.clone();
@@ -211,6 +222,11 @@ where
             }
             ClientMessage::Answer { execution, call, answer } => {
                 if let Some(waiter) = lock(&waiting).remove(&(execution, call)) {
+                    let _ = waiter.send(answer);
+                }
+            }
+            ClientMessage::FetchAnswer { execution, call, answer } => {
+                if let Some(waiter) = lock(&fetch_waiting).remove(&(execution, call)) {
                     let _ = waiter.send(answer);
                 }
             }
@@ -246,7 +262,7 @@ where
 /// A program's calls, sent to the client and answered by it.
 struct WireDispatch {
     execution: u64,
-    next_call: AtomicU64,
+    next_call: Arc<AtomicU64>,
     out: mpsc::UnboundedSender<ServerMessage>,
     waiting: Waiting,
 }
@@ -262,6 +278,33 @@ impl Dispatch for WireDispatch {
                 return error_envelope(texts::CONNECTION_CLOSED);
             }
             answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED))
+        })
+    }
+}
+
+/// A program's fetches, sent to the client whose outbound handler decides them.
+struct WireOutbound {
+    execution: u64,
+    next_call: Arc<AtomicU64>,
+    out: mpsc::UnboundedSender<ServerMessage>,
+    waiting: FetchWaiting,
+}
+
+impl Outbound for WireOutbound {
+    fn fetch(&self, request: OutboundRequest) -> OutboundFuture {
+        let call = self.next_call.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        lock(&self.waiting).insert((self.execution, call), answer);
+        let sent =
+            self.out.send(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
+        Box::pin(async move {
+            if sent.is_err() {
+                return Err(texts::CONNECTION_CLOSED.to_owned());
+            }
+            match answered.await {
+                Ok(answer) => from_fetch_answer(answer),
+                Err(_) => Err(texts::CONNECTION_CLOSED.to_owned()),
+            }
         })
     }
 }
