@@ -49,3 +49,79 @@ fn an_expected_failure_that_passes_fails_the_run() {
     );
     let _ = std::fs::remove_file(&list);
 }
+
+/// The `codemode` binary of this build, built first if `cargo test` has not built it yet.
+fn codemode_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe.parent().and_then(std::path::Path::parent).unwrap().join("codemode");
+    if !binary.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "codemode-executor", "--bin", "codemode"])
+            .status()
+            .unwrap();
+        assert!(status.success(), "building the codemode binary failed");
+    }
+    binary
+}
+
+/// Starts `codemode serve` with `args`, waits until `ready` says it listens.
+fn daemon(args: &[&str], ready: impl Fn() -> bool) -> std::process::Child {
+    let child = Command::new(codemode_binary())
+        .arg("serve")
+        .args(args)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while !ready() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(10), "the daemon did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child
+}
+
+fn summary(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn connects_to_a_daemon_on_a_unix_socket_and_on_tcp_with_a_token() {
+    let dir = std::env::temp_dir().join(format!("codemode-conformance-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("daemon.sock");
+    let listen = format!("unix:{}", socket.display());
+    let mut unix = daemon(&["--listen", &listen], || socket.exists());
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--connect", &listen])
+        .output()
+        .unwrap();
+    let _ = unix.kill();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    assert!(summary(&output).ends_with("passed, 0 failed"), "{}", summary(&output));
+
+    let token = dir.join("token");
+    std::fs::write(&token, "conformance-token\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("tcp:127.0.0.1:{port}");
+    let token_arg = token.display().to_string();
+    let mut tcp = daemon(&["--listen", &address, "--token-file", &token_arg], || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--connect", &address, "--token-file", &token_arg])
+        .output()
+        .unwrap();
+    let refused = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--connect", &address])
+        .output()
+        .unwrap();
+    let _ = tcp.kill();
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
+    assert!(summary(&output).ends_with("passed, 0 failed"), "{}", summary(&output));
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "codemode-conformance: the daemon refused the connection: this daemon requires a token and the hello carried none; pass the token the daemon was started with\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

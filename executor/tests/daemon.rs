@@ -314,3 +314,22 @@ async fn fetch_travels_back_to_the_hosts_outbound_handler() {
         r#"{"result":"Network access is closed for this execution: fetch is refused. Reach data through the declared providers.","logs":[]}"#
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_remote_execute_cancels_it_on_the_daemon() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let address = start(config(Address::Unix(temp("sock"))), executor.clone()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let busy =
+        remote.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
+    assert!(tokio::time::timeout(Duration::from_millis(300), busy).await.is_err());
+    let dropped = Instant::now();
+    while executor.live_engines() > 0 {
+        assert!(dropped.elapsed() < Duration::from_secs(2), "the daemon kept the cancelled engine");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'next'")).await),
+        r#"{"result":"next","logs":[]}"#
+    );
+}
