@@ -96,6 +96,7 @@ fn connects_to_a_daemon_on_a_unix_socket_and_on_tcp_with_a_token() {
         .output()
         .unwrap();
     let _ = unix.kill();
+    let _ = unix.wait();
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
     assert!(summary(&output).ends_with("passed, 0 failed"), "{}", summary(&output));
 
@@ -116,6 +117,7 @@ fn connects_to_a_daemon_on_a_unix_socket_and_on_tcp_with_a_token() {
         .output()
         .unwrap();
     let _ = tcp.kill();
+    let _ = tcp.wait();
     assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stdout));
     assert!(summary(&output).ends_with("passed, 0 failed"), "{}", summary(&output));
     assert_eq!(refused.status.code(), Some(2));
