@@ -101,44 +101,33 @@ fn a_transcript_that_does_not_match_the_format_names_its_file_and_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_built_in_executor_passes_every_transcript_behind_a_daemon() {
-    use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
-    let path = std::env::temp_dir().join(format!("codemode-conformance-{}.sock", std::process::id()));
-    let daemon = Daemon::bind(DaemonConfig {
-        listen: Address::Unix(path),
-        token: None,
-        tls: None,
-        max_executions: 1024,
-        max_frame_bytes: 1 << 20,
-        json_logs: false,
-    })
-    .await
-    .unwrap();
+/// Runs the suite behind a daemon this test starts.
+async fn behind_a_daemon(
+    config: codemode_executor::daemon::DaemonConfig,
+    token: Option<&str>,
+) -> Vec<String> {
+    let daemon = codemode_executor::daemon::Daemon::bind(config).await.unwrap();
     let address = daemon.address().to_string();
     tokio::spawn(daemon.serve(codemode_executor::Executor::default()));
-    let remote = codemode_conformance::Remote::connect(&address, None, "quickjs").await.unwrap();
-    let failed = failures(&remote).await;
+    let remote = codemode_conformance::Remote::connect(&address, token, "quickjs").await.unwrap();
+    failures(&remote).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_built_in_executor_passes_every_transcript_behind_a_daemon() {
+    use codemode_executor::daemon::{Address, DaemonConfig};
+    let path = std::env::temp_dir().join(format!("codemode-conformance-{}.sock", std::process::id()));
+    let failed = behind_a_daemon(DaemonConfig::new(Address::Unix(path)), None).await;
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_built_in_executor_passes_every_transcript_behind_a_tcp_daemon_with_a_token() {
-    use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
-    let daemon = Daemon::bind(DaemonConfig {
-        listen: Address::Tcp("127.0.0.1:0".into()),
+    use codemode_executor::daemon::{Address, DaemonConfig};
+    let config = DaemonConfig {
         token: Some("conformance".into()),
-        tls: None,
-        max_executions: 1024,
-        max_frame_bytes: 1 << 20,
-        json_logs: false,
-    })
-    .await
-    .unwrap();
-    let address = daemon.address().to_string();
-    tokio::spawn(daemon.serve(codemode_executor::Executor::default()));
-    let remote =
-        codemode_conformance::Remote::connect(&address, Some("conformance"), "quickjs").await.unwrap();
-    let failed = failures(&remote).await;
+        ..DaemonConfig::new(Address::Tcp("127.0.0.1:0".into()))
+    };
+    let failed = behind_a_daemon(config, Some("conformance")).await;
     assert!(failed.is_empty(), "{failed:#?}");
 }

@@ -79,14 +79,8 @@ fn benches(c: &mut Criterion) {
 
     let (unix, tcp) = rt.block_on(async {
         use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
-        let config = |listen, token| DaemonConfig {
-            listen,
-            token,
-            tls: None,
-            max_executions: 1024,
-            max_frame_bytes: 1 << 24,
-            json_logs: false,
-        };
+        let config =
+            |listen, token| DaemonConfig { token, max_frame_bytes: 1 << 24, ..DaemonConfig::new(listen) };
         let path = std::env::temp_dir().join(format!("codemode-bench-{}.sock", std::process::id()));
         let on_unix = Daemon::bind(config(Address::Unix(path), None)).await.unwrap();
         let on_tcp =

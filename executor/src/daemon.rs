@@ -74,6 +74,20 @@ pub struct DaemonConfig {
     pub json_logs: bool,
 }
 
+impl DaemonConfig {
+    /// Listen on `listen` with no token, no TLS and the default bounds.
+    pub fn new(listen: Address) -> DaemonConfig {
+        DaemonConfig {
+            listen,
+            token: None,
+            tls: None,
+            max_executions: 1024,
+            max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
+            json_logs: false,
+        }
+    }
+}
+
 enum Listener {
     Unix(UnixListener, PathBuf),
     Tcp(TcpListener, Option<TlsAcceptor>),

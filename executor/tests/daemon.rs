@@ -18,14 +18,8 @@ fn temp(name: &str) -> PathBuf {
 }
 
 fn config(listen: Address) -> DaemonConfig {
-    DaemonConfig {
-        listen,
-        token: None,
-        tls: None,
-        max_executions: 1024,
-        max_frame_bytes: 1 << 20,
-        json_logs: false,
-    }
+    DaemonConfig { max_frame_bytes: 1 << 20, ..DaemonConfig::new(listen) }
+}
 }
 
 /// A daemon serving `executor` in this process; its address.
