@@ -20,7 +20,6 @@ fn temp(name: &str) -> PathBuf {
 fn config(listen: Address) -> DaemonConfig {
     DaemonConfig { max_frame_bytes: 1 << 20, ..DaemonConfig::new(listen) }
 }
-}
 
 /// A daemon serving `executor` in this process; its address.
 async fn start(config: DaemonConfig, executor: Executor) -> String {
