@@ -32,9 +32,12 @@ async fn ends_at_the_deadline(code: &str) {
         timed(&executor, &format!("async () => {{ console.log('start'); {code} }}")).await;
     assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","logs":["start"]}"#, "{code}");
     assert!(elapsed < TIMEOUT + MARGIN, "{code}: the outcome took {elapsed:?}");
+    // The outcome's time is the guarantee; how long one native call keeps its engine after
+    // the deadline is measured (`cargo bench --bench overrun`), so this bound only says
+    // that the engine does go, generously for a debug build on a loaded machine.
     let reclaimed = Instant::now();
     while executor.live_engines() > 0 {
-        assert!(reclaimed.elapsed() < Duration::from_secs(2), "{code}: the stuck engine was not reclaimed");
+        assert!(reclaimed.elapsed() < Duration::from_secs(15), "{code}: the stuck engine was not reclaimed");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
