@@ -205,7 +205,20 @@ impl Implementation for Remote {
         request: ExecuteRequest,
         host: Host,
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async move { Ok(self.executor.execute(Request::from_wire(request, Some(host))).await) })
+        Box::pin(async move {
+            let retain = request.retain_handles;
+            let request = Request::from_wire(request, Some(host));
+            if !retain {
+                return Ok(self.executor.execute(request).await);
+            }
+            // Keep the daemon's engine for the runner's grace period, so late calls can show.
+            let (outcome, retained) = self.executor.execute_retained(request).await;
+            tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                drop(retained);
+            });
+            Ok(outcome)
+        })
     }
 }
 

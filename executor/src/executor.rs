@@ -91,11 +91,11 @@ impl Executor {
         if self.inner.processes.is_some() {
             return (
                 Outcome::error(RETAIN_NEEDS_IN_PROCESS, Vec::new()),
-                RetainedExecution { retained: None },
+                RetainedExecution { retained: None, _remote: None },
             );
         }
         let (outcome, retained) = self.run(request, true).await;
-        (outcome, RetainedExecution { retained })
+        (outcome, RetainedExecution { retained, _remote: None })
     }
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
@@ -215,10 +215,19 @@ struct Retained {
 /// A retained execution's engine; released explicitly or when dropped.
 pub struct RetainedExecution {
     retained: Option<Retained>,
+    /// A daemon's retained engine, held for its `Drop`, which releases it over the connection.
+    _remote: Option<crate::remote::ReleaseOnDrop>,
+}
+
+impl RetainedExecution {
+    pub(crate) fn remote(release: crate::remote::ReleaseOnDrop) -> RetainedExecution {
+        RetainedExecution { retained: None, _remote: Some(release) }
+    }
 }
 
 impl RetainedExecution {
     /// The log lines its timers and handlers wrote since the outcome (or the last call).
+    /// A daemon's retained engine keeps its late logs to itself: this is empty for one.
     pub fn late_logs(&mut self) -> Vec<String> {
         let mut logs = Vec::new();
         if let Some(retained) = &mut self.retained {

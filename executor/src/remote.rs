@@ -120,17 +120,32 @@ impl RemoteExecutor {
     /// Never panics; a lost connection is an error outcome. Dropping the future cancels
     /// the execution on the daemon.
     pub async fn execute(&self, request: Request) -> Outcome {
+        self.run(request, false).await.0
+    }
+
+    /// Run one program and keep its engine on the daemon after the run ends
+    /// (`retainHandles`), as [`crate::Executor::execute_retained`] does; the engine goes
+    /// when the handle is released or dropped.
+    pub async fn execute_retained(&self, request: Request) -> (Outcome, crate::RetainedExecution) {
+        let (outcome, execution) = self.run(request, true).await;
+        let release = ReleaseOnDrop { connection: self.connection.clone(), execution };
+        (outcome, crate::RetainedExecution::remote(release))
+    }
+
+    async fn run(&self, request: Request, retain: bool) -> (Outcome, u64) {
         let connection = &self.connection;
-        if connection.closed.load(Ordering::Acquire) {
-            return Outcome::error(texts::DAEMON_CONNECTION_LOST, Vec::new());
-        }
         let execution = connection.next_execution.fetch_add(1, Ordering::Relaxed);
+        if connection.closed.load(Ordering::Acquire) {
+            return (Outcome::error(texts::DAEMON_CONNECTION_LOST, Vec::new()), execution);
+        }
+        let mut wire = request.to_wire();
+        wire.retain_handles = retain;
         let (done, outcome) = oneshot::channel();
         let pending =
             Pending { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), done };
         connection.pending().insert(execution, pending);
         let guard = CancelOnDrop { connection: connection.clone(), execution };
-        if connection.out.send(ClientMessage::Execute { execution, request: request.to_wire() }).is_err() {
+        if connection.out.send(ClientMessage::Execute { execution, request: wire }).is_err() {
             connection.close();
         }
         let patience = request.timeout.unwrap_or(DEFAULT_TIMEOUT) + ANSWER_GRACE;
@@ -143,7 +158,19 @@ impl RemoteExecutor {
             ),
         };
         drop(guard);
-        outcome
+        (outcome, execution)
+    }
+}
+
+/// Releases a daemon's retained engine when dropped.
+pub(crate) struct ReleaseOnDrop {
+    connection: Arc<Connection>,
+    execution: u64,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        let _ = self.connection.out.send(ClientMessage::Release { execution: self.execution });
     }
 }
 

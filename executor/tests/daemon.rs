@@ -326,3 +326,30 @@ async fn dropping_a_remote_execute_cancels_it_on_the_daemon() {
         r#"{"result":"next","logs":[]}"#
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_retains_an_engine_until_the_host_releases_it() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let address = start(config(Address::Unix(temp("sock"))), executor.clone()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let recorder = Recorder::default();
+    let (outcome, retained) = remote
+        .execute_retained(
+            Request::new(
+                "async () => { setInterval(() => store.find('late').catch(() => {}), 10); return 'kept' }",
+            )
+            .provider(store())
+            .dispatch(recorder.dispatch(|_| "{}".to_owned())),
+        )
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":"kept","logs":[]}"#);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(executor.live_engines(), 1, "the daemon keeps the engine");
+    assert_eq!(recorder.calls(), vec![], "its late calls never reach the host");
+    retained.release();
+    let released = Instant::now();
+    while executor.live_engines() > 0 {
+        assert!(released.elapsed() < Duration::from_secs(2), "release did not reach the daemon");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
