@@ -563,3 +563,49 @@ async fn binary_among_look_alike_data_crosses_exactly() {
         ]
     );
 }
+
+#[tokio::test]
+async fn large_answers_read_the_same_spliced_or_not() {
+    let pad = "p".repeat(70000);
+    let big = move |fields: &str| format!(r#"{{"result":{{{fields},"pad":"{pad}"}}}}"#);
+    let answers = [
+        ("big", big(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}"#)),
+        ("bigQuote", big(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"},"note":"=x""#)),
+        ("bigBad", big(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"B!cH"}"#)),
+        (
+            "bigError",
+            format!(
+                r#"{{"error":{{"tag":{{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}}}},"pad":"{}"}}"#,
+                "q".repeat(70000)
+            ),
+        ),
+        ("bigLoose", big(r#""bytes":{ "__executor_binary_v1__": "Uint16Array", "data": "BwcH" }"#)),
+    ];
+    let outcome = run(Request::new(
+        "async () => {
+          const out = [];
+          for (const tool of ['big', 'bigQuote', 'bigBad', 'bigError', 'bigLoose']) {
+            try { const r = await store[tool](); out.push([tool, r.bytes.constructor.name, Array.from(r.bytes)]) }
+            catch (e) { out.push([tool, e.message.slice(0, 100)]) }
+          }
+          return out;
+        }",
+    )
+    .provider(store(&["big"]))
+    .dispatch(move |call: ToolCall| {
+        let answer = answers.iter().find(|(tool, _)| *tool == call.tool).map(|(_, a)| a.clone()).unwrap_or_default();
+        async move { answer }
+    }))
+    .await;
+    assert_eq!(
+        json(&outcome),
+        json!({ "result": [
+            ["big", "Uint8Array", [7, 7, 7]],
+            ["bigQuote", "Uint8Array", [7, 7, 7]],
+            ["bigBad", "Binary tag \"Uint8Array\" carries data that is not standard padded base64."],
+            ["bigError", r#"{"tag":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}}"#],
+            ["bigLoose", "Binary tag \"Uint16Array\" carries 3 bytes, which is not a whole number of 2-byte elements."],
+        ], "logs": [] })
+        .to_string()
+    );
+}

@@ -68,6 +68,11 @@ fn run_on_node(cases: &[Case]) -> Option<BTreeMap<String, Json>> {
     Some(serde_json::from_slice(&output.stdout).expect("the harness writes JSON"))
 }
 
+/// An answer past the splicing threshold: `fields` and a 70,000-character pad.
+fn big_answer(fields: &str) -> String {
+    format!(r#"{{"result":{{{fields},"pad":"{}"}}}}"#, "p".repeat(70000))
+}
+
 fn calls(list: &[[&str; 3]]) -> Json {
     json!(list.iter().map(|[p, t, a]| json!([p, t, a])).collect::<Vec<_>>())
 }
@@ -172,6 +177,24 @@ fn entry_source_behaves_as_the_guide_says_on_v8() {
             r#"async () => { await store.mixed([{ data: 0 }, new Uint8Array([1]), { x: '{"__executor_binary_v1__":"' }, new Uint16Array([2]), '}']); await store.own({ __executor_binary_v1__: 'Uint8Array', data: 'AQID' }, new Uint8Array([9])); return 1 }"#,
             store(&["mixed", "own"]),
         ),
+        case(
+            "large answers read the same, spliced or not",
+            "async () => {
+              const out = [];
+              for (const tool of ['big', 'bigQuote', 'bigBad', 'bigError', 'bigBroken', 'bigLoose']) {
+                try { const r = await store[tool](); out.push([tool, r.pad.length, r.bytes ? [r.bytes.constructor.name, r.bytes.length, r.bytes[0]] : r.note]) }
+                catch (e) { out.push([tool, e.message.slice(0, 120)]) }
+              }
+              return out;
+            }",
+            store(&["big"]),
+        )
+        .answer("store.big", &big_answer(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}"#))
+        .answer("store.bigQuote", &big_answer(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"},"note":"=x""#))
+        .answer("store.bigBad", &big_answer(r#""bytes":{"__executor_binary_v1__":"Uint8Array","data":"B!cH"}"#))
+        .answer("store.bigError", &format!(r#"{{"error":{{"tag":{{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}},"pad":"{}"}}}}"#, "p".repeat(70000)))
+        .answer("store.bigBroken", &format!(r#"{{"result":{{"bytes":{{"__executor_binary_v1__":"Uint8Array","data":"BwcH"}},"pad":"{}"}}"#, "p".repeat(70000)))
+        .answer("store.bigLoose", &big_answer(r#""bytes":{ "__executor_binary_v1__": "Uint16Array", "data": "BwcH" }"#)),
         Case {
             poison: true,
             ..case(
@@ -273,6 +296,26 @@ fn entry_source_behaves_as_the_guide_says_on_v8() {
             ],
         ]),
         json!({"result": 1}),
+    );
+    let large = &results["large answers read the same, spliced or not"]["outcome"]["result"];
+    assert_eq!(large[0], json!(["big", 70000, ["Uint8Array", 3, 7]]));
+    assert_eq!(large[1], json!(["bigQuote", 70000, ["Uint8Array", 3, 7]]));
+    assert_eq!(
+        large[2],
+        json!(["bigBad", "Binary tag \"Uint8Array\" carries data that is not standard padded base64."])
+    );
+    let error = large[3][1].as_str().unwrap();
+    assert!(
+        error.starts_with(r#"{"tag":{"__executor_binary_v1__":"Uint8Array","data":"BwcH"},"pad":"ppp"#),
+        "{error}"
+    );
+    assert_eq!(large[4], json!(["bigBroken", "The dispatch answered outside the result envelope."]));
+    assert_eq!(
+        large[5],
+        json!([
+            "bigLoose",
+            "Binary tag \"Uint16Array\" carries 3 bytes, which is not a whole number of 2-byte elements."
+        ])
     );
     expect(
         "the generated source reads no global outside the reserved list",
