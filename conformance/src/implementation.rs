@@ -64,12 +64,8 @@ impl Implementation for InProcess {
             let retain = request.retain_handles;
             let request = Request::from_wire(request, Some(host));
             if retain {
-                // Keep the engine for the runner's grace period, so late calls can show.
                 let (outcome, retained) = self.executor.execute_retained(request).await;
-                tokio::spawn(async move {
-                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                    drop(retained);
-                });
+                keep_for_grace(retained);
                 Ok(outcome)
             } else {
                 Ok(self.executor.execute(request).await)
@@ -176,6 +172,14 @@ impl Implementation for Subprocess {
     }
 }
 
+/// Keep a retained engine through the runner's grace period, so late calls can show.
+fn keep_for_grace(retained: codemode_executor::RetainedExecution) {
+    tokio::spawn(async move {
+        tokio::time::sleep(crate::runner::GRACE * 2).await;
+        drop(retained);
+    });
+}
+
 /// An executor behind a daemon (`codemode serve`), reached with `RemoteExecutor`.
 pub struct Remote {
     name: String,
@@ -211,12 +215,8 @@ impl Implementation for Remote {
             if !retain {
                 return Ok(self.executor.execute(request).await);
             }
-            // Keep the daemon's engine for the runner's grace period, so late calls can show.
             let (outcome, retained) = self.executor.execute_retained(request).await;
-            tokio::spawn(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                drop(retained);
-            });
+            keep_for_grace(retained);
             Ok(outcome)
         })
     }
