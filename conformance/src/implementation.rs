@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use codemode_executor::{Executor, Request};
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Dispatch, ExecuteRequest, Outcome, ToolCall};
+use codemode_protocol::{Dispatch, ExecuteRequest, Outcome};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -221,6 +221,3 @@ impl Implementation for Remote {
         })
     }
 }
-
-/// A call that reached the host: what the runner records.
-pub type Arrival = ToolCall;
