@@ -1,5 +1,5 @@
-//! Limits and pool settings: every knob has a default here, and a request may override
-//! the ones the wire carries (timeout, memory, payload).
+//! Limits and executor settings: every knob has a default, a minimum and a ceiling here;
+//! a request may override a limit within them.
 
 use std::time::Duration;
 
@@ -36,6 +36,83 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The least of each limit an execution can run with; a request below one is refused.
+    pub const MINIMUMS: Limits = Limits {
+        timeout: Duration::from_millis(1),
+        memory_limit_bytes: 1 << 20,
+        stack_limit_bytes: 32 << 10,
+        max_payload_bytes: 0,
+        max_result_bytes: 0,
+        max_log_bytes: 0,
+        max_calls_in_flight: 0,
+    };
+
+    /// The default ceilings: what a request may ask for unless the executor's config says less.
+    pub fn default_ceilings() -> Limits {
+        Limits {
+            timeout: Duration::from_secs(15 * 60),
+            memory_limit_bytes: 4 << 30,
+            stack_limit_bytes: 256 << 20,
+            max_payload_bytes: 256 << 20,
+            max_result_bytes: 256 << 20,
+            max_log_bytes: 64 << 20,
+            max_calls_in_flight: 65_536,
+        }
+    }
+
+    /// Each limit with its wire name, its value as written, and the minimum and ceiling.
+    fn named<'a>(&'a self, ceilings: &'a Limits) -> [(&'static str, u128, u128, u128); 7] {
+        let m = &Limits::MINIMUMS;
+        let n = |v: usize| v as u128;
+        [
+            ("timeoutMs", self.timeout.as_millis(), m.timeout.as_millis(), ceilings.timeout.as_millis()),
+            (
+                "memoryLimitBytes",
+                n(self.memory_limit_bytes),
+                n(m.memory_limit_bytes),
+                n(ceilings.memory_limit_bytes),
+            ),
+            (
+                "stackLimitBytes",
+                n(self.stack_limit_bytes),
+                n(m.stack_limit_bytes),
+                n(ceilings.stack_limit_bytes),
+            ),
+            (
+                "maxPayloadBytes",
+                n(self.max_payload_bytes),
+                n(m.max_payload_bytes),
+                n(ceilings.max_payload_bytes),
+            ),
+            ("maxResultBytes", n(self.max_result_bytes), n(m.max_result_bytes), n(ceilings.max_result_bytes)),
+            ("maxLogBytes", n(self.max_log_bytes), n(m.max_log_bytes), n(ceilings.max_log_bytes)),
+            (
+                "maxCallsInFlight",
+                n(self.max_calls_in_flight),
+                n(m.max_calls_in_flight),
+                n(ceilings.max_calls_in_flight),
+            ),
+        ]
+    }
+
+    /// `Err` with the text of the first limit below its minimum or above its ceiling.
+    pub fn check(&self, ceilings: &Limits) -> Result<(), String> {
+        use codemode_protocol::texts::{LIMIT_ABOVE_CEILING, LIMIT_TOO_SMALL};
+        for (name, value, minimum, ceiling) in self.named(ceilings) {
+            let (shown, minimum_text, ceiling_text) =
+                (value.to_string(), minimum.to_string(), ceiling.to_string());
+            if value < minimum {
+                return Err(LIMIT_TOO_SMALL.fill(&[name, &shown, &minimum_text, &minimum_text]));
+            }
+            if value > ceiling {
+                return Err(LIMIT_ABOVE_CEILING.fill(&[name, &shown, &ceiling_text, &ceiling_text]));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Where executions run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Isolation {
@@ -51,11 +128,14 @@ pub enum Isolation {
 /// How an [`crate::Executor`] runs its executions.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorConfig {
-    /// Worker threads, each hosting many engines (or, with process isolation, worker
-    /// processes kept ready); defaults to the machine's parallelism.
+    /// Execution threads kept ready with a blank engine (more start on demand, one per
+    /// live execution), or with process isolation, worker processes kept ready; defaults
+    /// to the machine's parallelism.
     pub workers: usize,
     /// Limits for requests that do not override them.
     pub limits: Limits,
+    /// The most a request may ask for; a request above one is refused with a clear text.
+    pub ceilings: Limits,
     /// In this process, or in worker processes.
     pub isolation: Isolation,
 }
@@ -63,6 +143,11 @@ pub struct ExecutorConfig {
 impl Default for ExecutorConfig {
     fn default() -> ExecutorConfig {
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-        ExecutorConfig { workers, limits: Limits::default(), isolation: Isolation::InProcess }
+        ExecutorConfig {
+            workers,
+            limits: Limits::default(),
+            ceilings: Limits::default_ceilings(),
+            isolation: Isolation::InProcess,
+        }
     }
 }

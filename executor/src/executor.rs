@@ -1,23 +1,21 @@
 //! `Executor::execute`: a request in, an outcome out, the program on a worker thread and
 //! its calls served on the caller's tokio runtime.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use codemode_protocol::{Outcome, scope_source};
+use codemode_protocol::{Outcome, OutcomeKind, scope_source};
 use tokio::runtime::Handle;
 
 use crate::config::{ExecutorConfig, Isolation};
-use crate::wire::process::ProcessPool;
-use crossbeam_channel::Sender;
-
-use crate::engine::{Event, Job, Settlement};
+use crate::engine::quickjs::QuickJs;
 use crate::host::{Deliver, Host};
 use crate::pool::Pool;
 use crate::request::Request;
-use crate::watchdog::Watch;
-use crate::worker::WorkerMessage;
+use crate::runtime::{Control, Event, Job, Message, Settlement};
+use crate::watchdog::Watchdog;
+use crate::wire::process::ProcessPool;
 
 /// The text of `execute_retained` on an executor with process isolation.
 pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) is not available with process isolation. Use an in-process executor for it.";
@@ -25,7 +23,7 @@ pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) i
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
 
-/// Runs programs, each in a fresh engine, on a pool of worker threads.
+/// Runs programs, each in a fresh engine on a thread of its own.
 ///
 /// Cheap to clone; clones share the pool.
 #[derive(Clone)]
@@ -35,7 +33,8 @@ pub struct Executor {
 
 struct Inner {
     config: ExecutorConfig,
-    pool: Arc<Pool>,
+    pool: Pool,
+    watchdog: Watchdog,
     processes: Option<ProcessPool>,
     next_execution: AtomicU64,
 }
@@ -49,12 +48,21 @@ impl Default for Executor {
 impl Executor {
     /// An executor with `config`'s workers and default limits.
     pub fn new(config: ExecutorConfig) -> Executor {
-        let pool = Pool::new(if config.isolation == Isolation::InProcess { config.workers } else { 1 });
+        let pool =
+            Pool::new::<QuickJs>(if config.isolation == Isolation::InProcess { config.workers } else { 1 });
         let processes = match &config.isolation {
             Isolation::InProcess => None,
             Isolation::Process(command) => Some(ProcessPool::new(command.clone(), config.workers)),
         };
-        Executor { inner: Arc::new(Inner { config, pool, processes, next_execution: AtomicU64::new(1) }) }
+        Executor {
+            inner: Arc::new(Inner {
+                config,
+                pool,
+                watchdog: Watchdog::spawn(),
+                processes,
+                next_execution: AtomicU64::new(1),
+            }),
+        }
     }
 
     /// The configuration it runs with.
@@ -67,6 +75,13 @@ impl Executor {
         self.inner.pool.live_engines()
     }
 
+    /// Execution threads running now, idle ones included: one per live execution, plus
+    /// the ones kept ready. A thread stuck in a native call past its deadline counts
+    /// until it returns; it never takes a new execution's place.
+    pub fn execution_threads(&self) -> usize {
+        self.inner.pool.threads()
+    }
+
     /// Run one program in a fresh engine, disposed the moment the run ends.
     ///
     /// Never panics and never fails for anything the program does: the outcome says
@@ -74,10 +89,13 @@ impl Executor {
     /// engine promptly.
     pub async fn execute(&self, request: Request) -> Outcome {
         if let Some(processes) = &self.inner.processes {
-            let timeout = request.limits(&self.inner.config.limits).timeout;
+            let timeout = match request.limits(&self.inner.config) {
+                Ok(limits) => limits.timeout,
+                Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
+            };
             return match scope_source(&request.code, &request.providers) {
                 Ok(_) => processes.execute(request, timeout).await,
-                Err(refusal) => Outcome::error(refusal.to_string(), Vec::new()),
+                Err(refusal) => refusal_outcome(&refusal),
             };
         }
         self.run(request, false).await.0
@@ -90,7 +108,7 @@ impl Executor {
     pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
         if self.inner.processes.is_some() {
             return (
-                Outcome::error(RETAIN_NEEDS_IN_PROCESS, Vec::new()),
+                Outcome::failure(OutcomeKind::Invalid, RETAIN_NEEDS_IN_PROCESS, Vec::new()),
                 RetainedExecution { retained: None, _remote: None },
             );
         }
@@ -100,51 +118,53 @@ impl Executor {
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
         let started = Instant::now();
+        let limits = match request.limits(&self.inner.config) {
+            Ok(limits) => limits,
+            Err(refusal) => return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None),
+        };
         let scope = match scope_source(&request.code, &request.providers) {
             Ok(entry) => entry,
-            Err(refusal) => return (Outcome::error(refusal.to_string(), Vec::new()), None),
+            Err(refusal) => return (refusal_outcome(&refusal), None),
         };
         let Ok(runtime) = Handle::try_current() else {
-            return (Outcome::error(NO_TOKIO_RUNTIME, Vec::new()), None);
+            return (Outcome::failure(OutcomeKind::Invalid, NO_TOKIO_RUNTIME, Vec::new()), None);
         };
-        let limits = request.limits(&self.inner.config.limits);
-        let execution = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
+        let _ = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
-        let stop = Arc::new(AtomicBool::new(false));
+        let (messages, inbox) = crossbeam_channel::unbounded();
+        let control = Control::new();
         let done = Arc::new(AtomicBool::new(false));
-        let home: Arc<OnceLock<Sender<WorkerMessage>>> = Arc::default();
-        let mut ticket = Ticket { home: home.clone(), execution, armed: true, stop: stop.clone() };
-        let answers_home = home.clone();
+        let mut ticket = Ticket { messages: messages.clone(), armed: true, control: control.clone() };
         let deliver: Deliver = Arc::new(move |call, answer| {
-            if let Some(inbox) = answers_home.get() {
-                let _ = inbox.send(WorkerMessage::Answer { execution, call, answer });
-            }
+            let _ = messages.send(Message::Answer { call, answer });
         });
         let host =
             Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
         let deadline = started + limits.timeout;
-        self.inner.pool.watch(Watch {
+        let (timed_out, watched, timeout) = (events.clone(), control.clone(), Settlement::timeout(&limits));
+        let watched_done = done.clone();
+        self.inner.watchdog.at(
             deadline,
-            timeout_ms: limits.timeout.as_millis(),
-            stop: stop.clone(),
-            done: done.clone(),
-            events: events.clone(),
-        });
+            Box::new(move || {
+                if !watched_done.load(Ordering::Acquire) {
+                    watched.stop();
+                    let _ = timed_out.send(Event::Settled(timeout));
+                }
+            }),
+        );
         let job = Job {
-            execution,
             scope_source: scope,
             deadline,
             limits,
             host: Arc::new(host),
             retain,
             events,
-            stop,
-            home,
+            inbox,
+            control,
+            watchdog: self.inner.watchdog.clone(),
+            live: self.inner.pool.live(),
         };
-        if !self.inner.pool.submit(job) {
-            ticket.armed = false;
-            return (Outcome::error(WORKER_GONE, Vec::new()), None);
-        }
+        self.inner.pool.submit(job);
         let mut logs = Vec::new();
         loop {
             let event = incoming.recv().await;
@@ -157,51 +177,51 @@ impl Executor {
                 Some(Event::Settled(settlement)) => {
                     let outcome = match settlement {
                         Settlement::Returned(value) => Outcome::result(value, logs),
-                        Settlement::Failed(text) => Outcome::error(text, logs),
+                        Settlement::Failed(kind, text) => Outcome::failure(kind, text, logs),
                     };
                     if retain {
                         return (outcome, Some(Retained { _ticket: ticket, incoming }));
                     }
-                    // The worker disposed the engine before it reported; nothing to cancel.
-                    ticket.armed = false;
+                    // A run that settled disposed its engine before it reported; a timeout's
+                    // ticket stops and disposes an engine still inside a native call.
+                    if outcome.kind() != OutcomeKind::Timeout {
+                        ticket.armed = false;
+                    }
                     return (outcome, None);
-                }
-                Some(Event::TimedOut(text)) => {
-                    // The watchdog answered for an engine that may still be inside a native
-                    // call: the ticket's drop stops and disposes it when it returns.
-                    return (
-                        Outcome::error(text, logs),
-                        retain.then_some(Retained { _ticket: ticket, incoming }),
-                    );
                 }
                 None => {
                     ticket.armed = false;
-                    return (Outcome::error(WORKER_GONE, logs), None);
+                    return (Outcome::failure(OutcomeKind::Internal, WORKER_GONE, logs), None);
                 }
             }
         }
     }
 }
 
-const WORKER_GONE: &str = "The executor's worker stopped before the run ended. This is a bug in codemode-executor; please report it.";
+/// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.
+fn refusal_outcome(refusal: &codemode_protocol::EntryError) -> Outcome {
+    let kind = match refusal {
+        codemode_protocol::EntryError::Syntax(_) => OutcomeKind::Syntax,
+        codemode_protocol::EntryError::ProviderName(_) => OutcomeKind::Invalid,
+    };
+    Outcome::failure(kind, refusal.to_string(), Vec::new())
+}
 
-/// Disposes an execution's engine when dropped, unless disarmed.
+const WORKER_GONE: &str = "The executor's execution thread stopped before the run ended. This is a bug in codemode-executor; please report it.";
+
+/// Ends an execution's engine when dropped, unless disarmed.
 struct Ticket {
-    home: Arc<OnceLock<Sender<WorkerMessage>>>,
-    execution: u64,
+    messages: crossbeam_channel::Sender<Message>,
     armed: bool,
-    stop: Arc<AtomicBool>,
+    control: Arc<Control>,
 }
 
 impl Drop for Ticket {
     fn drop(&mut self) {
         if self.armed {
-            // The flag stops a busy engine at its next interrupt check; the message disposes it.
-            self.stop.store(true, Ordering::Release);
-            // Not started yet: the worker sees the flag and never starts it.
-            if let Some(inbox) = self.home.get() {
-                let _ = inbox.send(WorkerMessage::Cancel(self.execution));
-            }
+            // The stop ends whatever the engine runs now; the message ends a waiting one.
+            self.control.stop();
+            let _ = self.messages.send(Message::Cancel);
         }
     }
 }

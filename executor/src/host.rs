@@ -14,8 +14,14 @@ use std::task::{Context, Poll, Waker};
 use codemode_protocol::{Dispatch, ToolCall, error_envelope};
 use tokio::runtime::Handle;
 
-use crate::engine::CallAnswer;
-use crate::outbound::{Outbound, OutboundRequest};
+use crate::outbound::{Outbound, OutboundRequest, OutboundResponse};
+
+/// The host's answer to a tool call or a fetch.
+#[derive(Debug)]
+pub(crate) enum CallAnswer {
+    Tool(String),
+    Fetch(Result<OutboundResponse, String>),
+}
 
 const DISPATCH_PANICKED: &str = "The host's dispatch failed (it panicked) while answering this call.";
 const OUTBOUND_PANICKED: &str =
@@ -23,7 +29,7 @@ const OUTBOUND_PANICKED: &str =
 
 type AnswerFuture = Pin<Box<dyn Future<Output = CallAnswer> + Send>>;
 
-/// Where an answer that arrives later is delivered: the worker's inbox for this execution.
+/// Where an answer that arrives later is delivered: the execution's inbox.
 pub(crate) type Deliver = Arc<dyn Fn(u64, CallAnswer) + Send + Sync>;
 
 /// What the host gave one execution to answer its calls with.

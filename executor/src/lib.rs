@@ -27,6 +27,7 @@
 //!
 //! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
+mod budget;
 mod config;
 pub mod daemon;
 mod engine;
@@ -36,9 +37,9 @@ mod outbound;
 mod pool;
 mod remote;
 mod request;
+mod runtime;
 mod watchdog;
 pub mod wire;
-mod worker;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use config::{ExecutorConfig, Isolation, Limits};

@@ -1,136 +1,174 @@
-//! The worker pool: one shared queue of jobs, worker threads sized to the machine that
-//! take them, and the replacement of a worker stuck inside one engine call.
+//! Execution threads: each live execution runs on a thread of its own, so the operating
+//! system preempts a busy program in favour of every other execution that has work.
 //!
-//! Any idle worker takes the next job, so a worker busy with a long program never holds
-//! up jobs queued behind it. A worker busy inside a single engine call for longer than
-//! [`STUCK_AFTER`] retires (it finishes its live executions and takes no new ones) and a
-//! fresh worker takes its place, up to [`MAX_THREADS_PER_WORKER`] threads per worker slot.
+//! Threads are kept idle between executions, each with a blank engine made ahead of
+//! demand, and leave after a while without work beyond the configured number. A thread
+//! stuck in a native call past its deadline holds only its own execution: new executions
+//! take other threads, so capacity never shrinks.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::panic::catch_unwind;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Sender;
 
-use crate::engine::Job;
-use crate::engine::quickjs::QuickJs;
-use crate::watchdog::{self, Watch};
-use crate::worker::{self, WorkerMessage};
+use crate::engine::Engine;
+use crate::runtime::{self, Job};
 
-/// A worker inside one engine call this long is replaced.
-pub(crate) const STUCK_AFTER: Duration = Duration::from_millis(250);
+/// Holds one execution in the pool's count of live engines until dropped.
+pub(crate) struct Live(Arc<Shared>);
 
-/// The pool never runs more than this many threads per configured worker.
-pub(crate) const MAX_THREADS_PER_WORKER: usize = 4;
-
-/// What the pool and the watchdog know of one worker thread.
-pub(crate) struct WorkerState {
-    pub(crate) inbox: Sender<WorkerMessage>,
-    /// Microseconds since the pool's epoch (plus one) at which the current engine call
-    /// began; 0 while the worker is not inside an engine.
-    pub(crate) busy_since: AtomicU64,
-    /// Takes no new jobs; exits when its live executions are done.
-    pub(crate) retiring: AtomicBool,
-    pub(crate) exited: AtomicBool,
-    /// Executions with an engine on this worker, retained ones included.
-    pub(crate) live: AtomicUsize,
-    pub(crate) epoch: Instant,
-}
-
-impl WorkerState {
-    pub(crate) fn enter_engine(&self) {
-        let micros = u64::try_from(self.epoch.elapsed().as_micros()).unwrap_or(u64::MAX - 1);
-        self.busy_since.store(micros + 1, Ordering::Release);
-    }
-
-    pub(crate) fn leave_engine(&self) {
-        self.busy_since.store(0, Ordering::Release);
-    }
-
-    fn busy_for(&self) -> Option<Duration> {
-        match self.busy_since.load(Ordering::Acquire) {
-            0 => None,
-            since => Some(self.epoch.elapsed().saturating_sub(Duration::from_micros(since - 1))),
-        }
+impl Live {
+    fn new(shared: Arc<Shared>) -> Live {
+        Live(shared)
     }
 }
 
-pub(crate) struct Pool {
-    jobs: Sender<Job>,
-    jobs_queue: Receiver<Job>,
-    workers: Mutex<Vec<Arc<WorkerState>>>,
-    size: usize,
-    watchdog: Sender<Watch>,
-    epoch: Instant,
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An idle thread beyond the kept ones leaves after this long without work.
+const IDLE_EXIT_AFTER: Duration = Duration::from_secs(10);
+
+/// Stack of an execution thread beyond the engine's stack limit: room for the host's frames.
+const STACK_MARGIN_BYTES: usize = 8 << 20;
+
+/// The stack of a kept thread; a request asking for a deeper engine stack gets a thread of its own.
+const THREAD_STACK_BYTES: usize = 16 << 20;
+
+struct Shared {
+    idle: Mutex<Vec<Sender<Job>>>,
+    /// Threads kept even when idle.
+    keep: usize,
+    /// Executions holding an engine, or about to.
+    live: AtomicUsize,
+    threads: AtomicUsize,
     spawned: AtomicUsize,
+    spawn: fn(&Arc<Shared>, Option<Job>, usize),
+}
+
+/// The execution threads of one executor, for one engine.
+#[derive(Clone)]
+pub(crate) struct Pool {
+    shared: Arc<Shared>,
 }
 
 impl Pool {
-    pub(crate) fn new(size: usize) -> Arc<Pool> {
-        let size = size.max(1);
-        let (jobs, jobs_queue) = crossbeam_channel::unbounded();
-        let pool = Arc::new_cyclic(|weak| Pool {
-            jobs,
-            jobs_queue,
-            workers: Mutex::new(Vec::new()),
-            size,
-            watchdog: watchdog::spawn(weak.clone()),
-            epoch: Instant::now(),
+    /// A pool for engine `E` keeping `keep` threads ready.
+    pub(crate) fn new<E: Engine + 'static>(keep: usize) -> Pool {
+        let shared = Arc::new(Shared {
+            idle: Mutex::new(Vec::new()),
+            keep: keep.max(1),
+            live: AtomicUsize::new(0),
+            threads: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
+            spawn: spawn_thread::<E>,
         });
-        for _ in 0..size {
-            pool.spawn_worker();
+        for _ in 0..shared.keep {
+            (shared.spawn)(&shared, None, THREAD_STACK_BYTES);
         }
-        pool
+        Pool { shared }
     }
 
-    fn spawn_worker(&self) {
-        let index = self.spawned.fetch_add(1, Ordering::Relaxed);
-        let state = worker::spawn::<QuickJs>(index, self.jobs_queue.clone(), self.epoch);
-        self.lock_workers().push(state);
+    /// Counts an execution as live until its engine is gone (see [`Live`]).
+    pub(crate) fn live(&self) -> Live {
+        self.shared.live.fetch_add(1, Ordering::AcqRel);
+        Live::new(self.shared.clone())
     }
 
-    fn lock_workers(&self) -> std::sync::MutexGuard<'_, Vec<Arc<WorkerState>>> {
-        self.workers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Queue a job for the next idle worker; `false` if the pool is gone.
-    pub(crate) fn submit(&self, job: Job) -> bool {
-        self.jobs.send(job).is_ok()
-    }
-
-    /// Hand the watchdog an execution's deadline.
-    pub(crate) fn watch(&self, watch: Watch) {
-        let _ = self.watchdog.send(watch);
-    }
-
-    /// Executions holding an engine or queued for one.
-    pub(crate) fn live_engines(&self) -> usize {
-        self.jobs_queue.len()
-            + self.lock_workers().iter().map(|w| w.live.load(Ordering::Relaxed)).sum::<usize>()
-    }
-
-    /// Worker threads running now (retiring ones included).
-    pub(crate) fn threads(&self) -> usize {
-        self.lock_workers().iter().filter(|w| !w.exited.load(Ordering::Relaxed)).count()
-    }
-
-    /// Retire every worker stuck inside one engine call and start one in its place.
-    pub(crate) fn replace_stuck_workers(&self) {
-        let mut workers = self.lock_workers();
-        workers.retain(|w| !w.exited.load(Ordering::Relaxed));
-        let stuck: Vec<Arc<WorkerState>> = workers
-            .iter()
-            .filter(|w| !w.retiring.load(Ordering::Relaxed) && w.busy_for().is_some_and(|d| d >= STUCK_AFTER))
-            .cloned()
-            .collect();
-        drop(workers);
-        for worker in stuck {
-            if self.threads() >= self.size * MAX_THREADS_PER_WORKER {
-                break;
+    /// Start `job` on an idle thread, or on a new one.
+    pub(crate) fn submit(&self, job: Job) {
+        let stack = job.limits.stack_limit_bytes.saturating_add(STACK_MARGIN_BYTES);
+        if stack > THREAD_STACK_BYTES {
+            return (self.shared.spawn)(&self.shared, Some(job), stack);
+        }
+        let mut job = job;
+        loop {
+            let idle = lock(&self.shared.idle).pop();
+            match idle {
+                // A thread that left after its idle wait gives the job back.
+                Some(thread) => match thread.send(job) {
+                    Ok(()) => return,
+                    Err(returned) => job = returned.0,
+                },
+                None => return (self.shared.spawn)(&self.shared, Some(job), THREAD_STACK_BYTES),
             }
-            worker.retiring.store(true, Ordering::Release);
-            self.spawn_worker();
+        }
+    }
+
+    /// Executions holding an engine now or about to start one, retained ones included.
+    pub(crate) fn live_engines(&self) -> usize {
+        self.shared.live.load(Ordering::Acquire)
+    }
+
+    /// Execution threads running now, idle ones included.
+    pub(crate) fn threads(&self) -> usize {
+        self.shared.threads.load(Ordering::Acquire)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn spawn_thread<E: Engine + 'static>(shared: &Arc<Shared>, first: Option<Job>, stack: usize) {
+    let index = shared.spawned.fetch_add(1, Ordering::Relaxed);
+    shared.threads.fetch_add(1, Ordering::AcqRel);
+    let dedicated = stack > THREAD_STACK_BYTES;
+    let thread_shared = shared.clone();
+    let spawned = std::thread::Builder::new()
+        .name(format!("codemode-{}-{index}", E::NAME))
+        .stack_size(stack)
+        .spawn(move || {
+            serve::<E>(&thread_shared, first, dedicated);
+            thread_shared.threads.fetch_sub(1, Ordering::AcqRel);
+        });
+    if let Err(error) = spawned {
+        // The machine refuses another thread: the job's host side hears it as a lost worker.
+        shared.threads.fetch_sub(1, Ordering::AcqRel);
+        eprintln!("codemode-executor: could not start an execution thread: {error}");
+    }
+}
+
+/// One thread's life: run jobs, make a blank engine while idle, leave when not needed.
+fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
+    let mut blank: Option<E::Blank> = None;
+    let mut next = first;
+    loop {
+        if let Some(job) = next.take() {
+            runtime::run::<E>(job, blank.take());
+        }
+        if dedicated {
+            return;
+        }
+        if blank.is_none() {
+            blank = catch_unwind(E::blank).ok();
+        }
+        let (sender, jobs) = crossbeam_channel::bounded(1);
+        lock(&shared.idle).push(sender.clone());
+        match jobs.recv_timeout(IDLE_EXIT_AFTER) {
+            Ok(job) => next = Some(job),
+            Err(_) => {
+                let mut idle = lock(&shared.idle);
+                let kept = idle.len() <= shared.keep;
+                if kept {
+                    drop(idle);
+                    next = jobs.recv().ok();
+                    continue;
+                }
+                idle.retain(|other| !other.same_channel(&sender));
+                drop(idle);
+                // A submitter that took our sender before we left gave its job to the channel.
+                if let Ok(job) = jobs.try_recv() {
+                    next = Some(job);
+                    continue;
+                }
+                return;
+            }
         }
     }
 }

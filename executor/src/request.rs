@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
 
-use crate::config::Limits;
+use crate::config::{ExecutorConfig, Limits};
 use crate::outbound::Outbound;
 
 /// One execution: code, providers, the host's dispatch and network policy, and overrides.
@@ -19,7 +19,7 @@ pub struct Request {
     pub(crate) timeout: Option<Duration>,
     pub(crate) memory_limit_bytes: Option<usize>,
     pub(crate) max_payload_bytes: Option<usize>,
-    /// Overrides the wire does not carry: stack, result, log volume, calls in flight.
+    /// Overrides of the stack, result, log volume and calls in flight.
     pub(crate) local: LocalOverrides,
 }
 
@@ -68,7 +68,12 @@ impl Request {
             timeout: wire.timeout_ms.map(Duration::from_millis),
             memory_limit_bytes: bytes(wire.memory_limit_bytes),
             max_payload_bytes: bytes(wire.max_payload_bytes),
-            local: LocalOverrides::default(),
+            local: LocalOverrides {
+                stack_limit_bytes: bytes(wire.stack_limit_bytes),
+                max_result_bytes: bytes(wire.max_result_bytes),
+                max_log_bytes: bytes(wire.max_log_bytes),
+                max_calls_in_flight: bytes(wire.max_calls_in_flight),
+            },
         }
     }
 
@@ -149,10 +154,22 @@ impl Request {
             timeout_ms: self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
             memory_limit_bytes: self.memory_limit_bytes.map(|b| b as u64),
             max_payload_bytes: self.max_payload_bytes.map(|b| b as u64),
+            stack_limit_bytes: self.local.stack_limit_bytes.map(|b| b as u64),
+            max_result_bytes: self.local.max_result_bytes.map(|b| b as u64),
+            max_log_bytes: self.local.max_log_bytes.map(|b| b as u64),
+            max_calls_in_flight: self.local.max_calls_in_flight.map(|b| b as u64),
         }
     }
 
-    pub(crate) fn limits(&self, defaults: &Limits) -> Limits {
+    /// The limits this request runs with: its overrides over the config's defaults,
+    /// each within its minimum and the config's ceiling (`Err` is the refusal's text).
+    pub(crate) fn limits(&self, config: &ExecutorConfig) -> Result<Limits, String> {
+        let limits = self.limits_over(&config.limits);
+        limits.check(&config.ceilings)?;
+        Ok(limits)
+    }
+
+    fn limits_over(&self, defaults: &Limits) -> Limits {
         Limits {
             timeout: self.timeout.unwrap_or(defaults.timeout),
             memory_limit_bytes: self.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),

@@ -30,7 +30,10 @@ async fn ends_at_the_deadline(code: &str) {
     let executor = Executor::default();
     let (outcome, elapsed) =
         timed(&executor, &format!("async () => {{ console.log('start'); {code} }}")).await;
-    assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","logs":["start"]}"#, "{code}");
+    assert_eq!(
+        outcome, r#"{"error":"Execution timed out after 1000 ms.","kind":"timeout","logs":["start"]}"#,
+        "{code}"
+    );
     assert!(elapsed < TIMEOUT + MARGIN, "{code}: the outcome took {elapsed:?}");
     // The outcome's time is the guarantee; how long one native call keeps its engine after
     // the deadline is measured (`cargo bench --bench overrun`), so this bound only says
@@ -85,7 +88,7 @@ async fn the_hosts_other_executions_are_not_delayed_by_busy_ones() {
     assert!(started.elapsed() < Duration::from_millis(600), "the quick run waited {:?}", started.elapsed());
     for run in busy {
         let (outcome, _) = run.await.unwrap();
-        assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","logs":[]}"#);
+        assert_eq!(outcome, r#"{"error":"Execution timed out after 1000 ms.","kind":"timeout","logs":[]}"#);
     }
 }
 
@@ -102,7 +105,7 @@ async fn a_floating_rejection_does_not_fail_the_run() {
     let thrown = support::run(Request::new("async () => { throw new Error('thrown') }")).await;
     assert_eq!(
         json(&thrown),
-        r#"{"error":"thrown","logs":[]}"#,
+        r#"{"error":"thrown","kind":"thrown","logs":[]}"#,
         "the run's own rejection is the outcome, not a warning"
     );
 }
@@ -125,7 +128,7 @@ async fn the_outcome_cannot_be_forged() {
         // endless `then` runs, and the deadline ends it on time.
         (
             "return Promise.resolve(['a', 1])",
-            r#"{"error":"Execution timed out after 1000 ms.","logs":["before"]}"#,
+            r#"{"error":"Execution timed out after 1000 ms.","kind":"timeout","logs":["before"]}"#,
         ),
     ] {
         let code = format!("async () => {{ console.log('before'); {sabotage} {ret} }}");

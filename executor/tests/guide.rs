@@ -436,7 +436,7 @@ async fn a_thrown_tool_failure_does_not_end_the_run_uncaught_it_does() {
         .provider(store(&["x"]))
         .dispatch(dispatch))
     .await;
-    assert_eq!(json(&outcome), r#"{"error":"the database is down","logs":[]}"#);
+    assert_eq!(json(&outcome), r#"{"error":"the database is down","kind":"thrown","logs":[]}"#);
 }
 
 // ---- Provider source ----
@@ -509,7 +509,7 @@ async fn the_four_provider_name_refusals_before_the_program_runs() {
             .providers(providers)
             .dispatch(recorder.dispatch(echo)))
         .await;
-        assert_eq!(json(&outcome), json!({ "error": text, "logs": [] }).to_string());
+        assert_eq!(json(&outcome), json!({ "error": text, "kind": "invalid", "logs": [] }).to_string());
         assert_eq!(recorder.calls(), vec![]);
     }
 }

@@ -42,7 +42,10 @@ async fn the_timeout_ends_busy_programs_and_keeps_their_logs() {
     ];
     for code in programs {
         let (outcome, elapsed) = timed(Request::new(code).timeout(Duration::from_millis(300))).await;
-        assert_eq!(outcome, r#"{"error":"Execution timed out after 300 ms.","logs":["started"]}"#, "{code}");
+        assert_eq!(
+            outcome, r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":["started"]}"#,
+            "{code}"
+        );
         assert!(elapsed < Duration::from_millis(300) + MARGIN, "{code} took {elapsed:?}");
     }
 }
@@ -59,7 +62,10 @@ async fn the_timeout_holds_while_the_program_awaits_a_slow_dispatch() {
             .timeout(Duration::from_millis(200)),
     )
     .await;
-    assert_eq!(outcome, r#"{"error":"Execution timed out after 200 ms.","logs":["calling"]}"#);
+    assert_eq!(
+        outcome,
+        r#"{"error":"Execution timed out after 200 ms.","kind":"timeout","logs":["calling"]}"#
+    );
     assert!(elapsed < Duration::from_millis(200) + MARGIN, "took {elapsed:?}");
 }
 
@@ -75,7 +81,7 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
         let outcome = run(Request::new(code).memory_limit_bytes(16 << 20)).await;
         assert_eq!(
             json(&outcome),
-            r#"{"error":"Execution ran out of memory: the limit is 16777216 bytes.","logs":[]}"#,
+            r#"{"error":"Execution ran out of memory: the limit is 16777216 bytes.","kind":"memory","logs":[]}"#,
             "{code}"
         );
         assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
@@ -123,7 +129,7 @@ async fn the_result_bound_ends_the_run_with_the_result_text() {
     let outcome = executor.execute(Request::new("async () => 'x'.repeat(2000)")).await;
     assert_eq!(
         json(&outcome),
-        r#"{"error":"Result is over the limit of 1024 bytes. Return less, or return it in parts over several runs.","logs":[]}"#
+        r#"{"error":"Result is over the limit of 1024 bytes. Return less, or return it in parts over several runs.","kind":"resultTooLarge","logs":[]}"#
     );
     let fits = executor.execute(Request::new("async () => 'x'.repeat(1000)")).await;
     assert_eq!(fits.error_text(), None);
@@ -139,7 +145,7 @@ async fn log_volume_stops_with_a_marker_line() {
         .await;
     assert_eq!(
         json(&outcome),
-        json!({ "result": "done", "logs": ["line 0", "line 1", "line 2", "[codemode] Log limit of 20 bytes reached; later logs are dropped."] })
+        json!({ "result": "done", "logs": ["line 0", "line 1", "[codemode] Log limit of 20 bytes reached; later logs are dropped."] })
             .to_string()
     );
 }

@@ -40,9 +40,12 @@ async fn console_methods_and_their_prefixes() {
 async fn a_thrown_error_gives_its_message_and_logs_before_it_stay() {
     assert_eq!(
         outcome("async () => { console.log('before'); throw new RangeError('out of range') }").await,
-        r#"{"error":"out of range","logs":["before"]}"#
+        r#"{"error":"out of range","kind":"thrown","logs":["before"]}"#
     );
-    assert_eq!(outcome("async () => { throw new Error() }").await, r#"{"error":"","logs":[]}"#);
+    assert_eq!(
+        outcome("async () => { throw new Error() }").await,
+        r#"{"error":"","kind":"thrown","logs":[]}"#
+    );
 }
 
 #[tokio::test]
@@ -58,7 +61,11 @@ async fn any_other_thrown_value_gives_string_of_it() {
         ("Symbol('s')", "Symbol(s)"),
     ] {
         let code = format!("async () => {{ throw {thrown} }}");
-        assert_eq!(outcome(&code).await, json!({ "error": text, "logs": [] }).to_string(), "{thrown}");
+        assert_eq!(
+            outcome(&code).await,
+            json!({ "error": text, "kind": "thrown", "logs": [] }).to_string(),
+            "{thrown}"
+        );
     }
 }
 
@@ -68,7 +75,7 @@ async fn a_thrown_value_whose_string_conversion_throws_still_gives_a_text() {
         let code = format!("async () => {{ throw {thrown} }}");
         assert_eq!(
             outcome(&code).await,
-            r#"{"error":"The program threw a value that cannot be converted to a string.","logs":[]}"#
+            r#"{"error":"The program threw a value that cannot be converted to a string.","kind":"thrown","logs":[]}"#
         );
     }
 }
@@ -88,7 +95,7 @@ async fn results_in_the_codecs_form() {
     // An engine text: V8 says "Do not know how to serialize a BigInt" (docs/failures.md).
     assert_eq!(
         outcome("async () => 10n").await,
-        r#"{"error":"BigInt are forbidden in JSON.stringify","logs":[]}"#
+        r#"{"error":"BigInt are forbidden in JSON.stringify","kind":"thrown","logs":[]}"#
     );
 }
 
@@ -113,7 +120,7 @@ async fn every_code_form_runs() {
 async fn a_syntax_error_says_where() {
     assert_eq!(
         outcome("const x = 1\nconst = 2").await,
-        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message()), "logs": [] }).to_string()
+        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message()), "kind": "syntax", "logs": [] }).to_string()
     );
 }
 

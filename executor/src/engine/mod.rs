@@ -1,85 +1,130 @@
-//! The engine boundary: what a worker asks of an engine, and what an engine tells the host.
+//! The engine boundary: the primitives a JavaScript engine offers the runtime, and nothing more.
 //!
-//! An engine runs one execution: it evaluates the protocol's entry scope and codec with
-//! the host functions installed, starts each call on the [`Host`] the moment the
-//! program makes it, and reports log lines as [`Event`]s. The worker feeds it late
-//! answers and time, and reads its [`Settlement`].
-//! QuickJS (`quickjs/`) is the engine here; a second engine implements [`Engine`].
+//! An engine evaluates scripts, calls functions, runs microtasks, reads a promise's state,
+//! reports rejections nothing handled, stops from another thread and charges its heap to the execution's budget. It
+//! knows nothing of calls, timers, logs, budgets' rules or texts: those are the runtime's
+//! (`crate::runtime`), written once above every engine. QuickJS (`quickjs/`) is bindings
+//! over rquickjs; a second engine implements [`Engine`] the same way.
 
 pub(crate) mod quickjs;
 
+use std::rc::Rc;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
-use codemode_protocol::Value;
-use tokio::sync::mpsc::UnboundedSender;
+use crate::budget::Budget;
 
-use crate::config::Limits;
-use crate::host::Host;
-use crate::outbound::OutboundResponse;
-use crate::worker::WorkerMessage;
+/// A value copied between the host and an engine.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum HostValue {
+    Undefined,
+    Bool(bool),
+    Number(f64),
+    /// A JavaScript string; lone surrogates arrive as U+FFFD.
+    String(String),
+    /// Bytes: from a typed array or ArrayBuffer; to the engine, a fresh ArrayBuffer.
+    Bytes(Vec<u8>),
+    /// To the engine only: a fresh array.
+    List(Vec<HostValue>),
+}
 
-/// Everything an engine needs to start one execution.
-pub(crate) struct Job {
-    pub(crate) execution: u64,
-    /// The protocol's entry scope for this program; the codec is the engine's to load.
-    pub(crate) scope_source: String,
-    pub(crate) limits: Limits,
-    pub(crate) deadline: Instant,
-    pub(crate) host: Arc<Host>,
-    pub(crate) retain: bool,
-    pub(crate) events: UnboundedSender<Event>,
-    /// Raised at the deadline (by the watchdog) or when the host drops the execution:
-    /// the engine stops at its next interrupt check.
+impl HostValue {
+    pub(crate) fn as_str(&self) -> Option<&str> {
+        match self {
+            HostValue::String(text) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+/// A native function the runtime hands the engine: arguments in, a value out, or an
+/// error the engine throws into JavaScript as an `Error` with this message.
+pub(crate) type Op = Rc<dyn Fn(Vec<HostValue>) -> Result<HostValue, String>>;
+
+/// Why a call into the engine did not return a value.
+#[derive(Debug)]
+pub(crate) enum Thrown<V> {
+    /// JavaScript threw this value.
+    Value(V),
+    /// The engine was stopped (deadline, cancel, budget) and ran nothing further.
+    Stopped,
+}
+
+/// A promise's state, read natively (no JavaScript runs).
+pub(crate) enum PromiseState<V> {
+    Pending,
+    Fulfilled(V),
+    Rejected(V),
+}
+
+/// A rejection with no handler, or a handler attached later to one.
+pub(crate) struct Rejection<V> {
+    /// Unique among the promises the runtime holds (it keeps `promise` alive).
+    pub(crate) key: u64,
+    pub(crate) promise: V,
+    /// `Some(reason)` when it became unhandled; `None` when it became handled.
+    pub(crate) reason: Option<V>,
+}
+
+/// Stops an engine from any thread: what runs ends, and nothing runs after.
+pub(crate) type Stopper = Arc<dyn Fn() + Send + Sync>;
+
+/// What an engine is made with.
+pub(crate) struct EngineSetup {
+    /// Heap allocations are charged here; one refused puts the budget over its limit.
+    pub(crate) budget: Arc<Budget>,
+    pub(crate) stack_limit_bytes: usize,
+    /// Raised by the watchdog or the host: the engine stops at once.
     pub(crate) stop: Arc<AtomicBool>,
-    /// The inbox of the worker that took the job, set when it starts.
-    pub(crate) home: Arc<OnceLock<crossbeam_channel::Sender<WorkerMessage>>>,
 }
 
-/// What an engine reports to the execution's host side, in the order it happens.
-#[derive(Debug)]
-pub(crate) enum Event {
-    /// One console call, formatted.
-    Log(String),
-    /// The run ended.
-    Settled(Settlement),
-    /// The watchdog: the deadline passed, whatever the engine is doing.
-    TimedOut(String),
-}
-
-/// The host's answer to a tool call or a fetch.
-#[derive(Debug)]
-pub(crate) enum CallAnswer {
-    Tool(String),
-    Fetch(Result<OutboundResponse, String>),
-}
-
-/// How a run ended, before the logs are attached.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Settlement {
-    Returned(Option<Value>),
-    Failed(String),
-}
-
-/// One execution's engine, driven by a worker thread.
+/// One execution's JavaScript engine, used from the thread that made it.
 pub(crate) trait Engine: Sized {
-    /// An empty engine made ahead of time, while the worker is idle, for the next job
-    /// only: never used by two executions.
+    /// A handle to a JavaScript value that stays valid while the engine lives.
+    type Value: Clone;
+    /// An empty engine made ahead of time on an idle thread, for one execution only.
     type Blank;
-    /// Make a blank engine.
+
+    /// A short name for texts and benches: `quickjs`, `v8`.
+    const NAME: &'static str;
+
     fn blank() -> Self::Blank;
-    /// A fresh engine (from `blank`, or made now) that has evaluated the job's entry
-    /// source and run its microtasks.
-    fn start(job: Job, blank: Option<Self::Blank>) -> Self;
-    /// Deliver an answer to a pending call, then run microtasks.
-    fn answer(&mut self, call: u64, answer: CallAnswer);
-    /// Run the timers due by `now`, then microtasks.
-    fn fire_due_timers(&mut self, now: Instant);
-    /// When the next timer is due.
-    fn next_timer(&self) -> Option<Instant>;
-    /// How the run ended, once; `None` while it runs.
-    fn take_settlement(&mut self) -> Option<Settlement>;
-    /// Mark the run over while idle (the deadline passed): late calls meet the completion text.
-    fn end(&mut self);
+    fn new(blank: Option<Self::Blank>, setup: EngineSetup) -> Result<Self, String>;
+    /// Evaluate a built-in script of the runtime; the engine may compile `source` once per process.
+    fn evaluate_builtin(
+        &mut self,
+        name: &'static str,
+        source: fn() -> String,
+    ) -> Result<Self::Value, Thrown<Self::Value>>;
+    /// Evaluate a strict classic script given as source.
+    fn evaluate(&mut self, source: &str) -> Result<Self::Value, Thrown<Self::Value>>;
+    /// An object whose properties are native functions.
+    fn native_object(&mut self, ops: &[(&'static str, Op)]) -> Result<Self::Value, Thrown<Self::Value>>;
+    /// Call `function` with `this` undefined.
+    fn call(
+        &mut self,
+        function: &Self::Value,
+        args: &[Arg<'_, Self::Value>],
+    ) -> Result<Self::Value, Thrown<Self::Value>>;
+    /// Element `index` of an array.
+    fn index(&mut self, array: &Self::Value, index: u32) -> Option<Self::Value>;
+    /// A value as the host reads it (strings lossy; objects as `Undefined`).
+    fn read(&mut self, value: &Self::Value) -> HostValue;
+    /// Whether a thrown value is the engine's own report of a size bound it keeps (an
+    /// allocation it refused, a string past its longest): the run is out of memory.
+    fn is_out_of_memory(&mut self, thrown: &Self::Value) -> bool;
+    /// Whether two handles hold the same value (`===`).
+    fn same(&mut self, a: &Self::Value, b: &Self::Value) -> bool;
+    /// Run every queued microtask; stops early only when the engine is stopped.
+    fn run_microtasks(&mut self) -> Result<(), Thrown<Self::Value>>;
+    fn promise_state(&mut self, promise: &Self::Value) -> PromiseState<Self::Value>;
+    /// Rejection events since the last take, in order.
+    fn take_rejections(&mut self) -> Vec<Rejection<Self::Value>>;
+    fn stopper(&self) -> Stopper;
+}
+
+/// An argument of [`Engine::call`].
+pub(crate) enum Arg<'a, V> {
+    Value(&'a V),
+    Host(HostValue),
 }

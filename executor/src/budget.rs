@@ -1,0 +1,74 @@
+//! One execution's memory budget: the engine's heap and everything the host holds for it.
+//!
+//! The engine's allocator charges each allocation here and the runtime charges what it
+//! keeps for the program (calls in flight with their payloads, timers, pending
+//! rejections, log lines, the outcome). A charge that would pass the limit is refused
+//! and latches the budget as exceeded: the run then ends with the memory outcome, and a
+//! program cannot catch its way past it.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+#[derive(Debug)]
+pub(crate) struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+    exceeded: AtomicBool,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: usize) -> Budget {
+        Budget { limit, used: AtomicUsize::new(0), exceeded: AtomicBool::new(false) }
+    }
+
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Charge `bytes`; `false` (and the budget latched as exceeded) when that passes the limit.
+    pub(crate) fn charge(&self, bytes: usize) -> bool {
+        // One thread charges an execution's budget, so load-then-add does not race with itself.
+        let used = self.used.load(Ordering::Relaxed);
+        if used.saturating_add(bytes) > self.limit {
+            self.exceeded.store(true, Ordering::Release);
+            return false;
+        }
+        self.used.store(used + bytes, Ordering::Relaxed);
+        true
+    }
+
+    /// Charge `bytes` that are already spent (an allocator's rounding up), never refusing.
+    pub(crate) fn charge_spent(&self, bytes: usize) {
+        self.used.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refund(&self, bytes: usize) {
+        let used = self.used.load(Ordering::Relaxed);
+        self.used.store(used.saturating_sub(bytes), Ordering::Relaxed);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Budget;
+
+    #[test]
+    fn a_refused_charge_latches_and_spends_nothing() {
+        let budget = Budget::new(100);
+        assert!(budget.charge(60));
+        assert!(!budget.charge(41));
+        assert_eq!(budget.used(), 60);
+        assert!(budget.exceeded());
+        budget.refund(60);
+        assert!(budget.charge(100), "room again, but the latch stays");
+        assert!(budget.exceeded());
+    }
+}

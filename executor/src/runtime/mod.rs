@@ -1,0 +1,675 @@
+//! The runtime: the rules of one execution, written once above every engine.
+//!
+//! It boots the prelude (host functions, console, timers, web globals) and the codec,
+//! runs the entry scope, and then drives the engine from its thread: answers arriving
+//! from the host, timers falling due, the deadline and the host's cancel. It owns the
+//! call table and its bounds, the timer schedule, the log budget, rejection tracking,
+//! the memory budget's host side and the settlement with its texts. An engine only
+//! offers primitives ([`crate::engine::Engine`]).
+
+mod calls;
+mod prelude;
+mod timers;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use codemode_protocol::{OutcomeKind, Value, parse_for_dispatch, texts};
+use crossbeam_channel::{Receiver, RecvTimeoutError};
+use tokio::sync::mpsc::UnboundedSender;
+
+use crate::budget::Budget;
+use crate::config::Limits;
+use crate::engine::{Arg, Engine, EngineSetup, HostValue, PromiseState, Stopper, Thrown};
+use crate::host::{CallAnswer, Host};
+use crate::pool::Live;
+use crate::watchdog::Watchdog;
+use calls::Calls;
+use timers::Timers;
+
+/// How long a retained engine's timer callback may run once the run has settled.
+const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
+
+/// What the host budget is charged for each thing it holds beyond its bytes.
+const LOG_LINE_HOST_COST: usize = 32;
+const REJECTION_HOST_COST: usize = 64;
+
+pub(crate) const ENGINE_PANICKED: &str = "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
+
+/// Everything the runtime needs to run one execution.
+pub(crate) struct Job {
+    /// The protocol's entry scope for this program.
+    pub(crate) scope_source: String,
+    pub(crate) limits: Limits,
+    pub(crate) deadline: Instant,
+    pub(crate) host: Arc<Host>,
+    pub(crate) retain: bool,
+    pub(crate) events: UnboundedSender<Event>,
+    pub(crate) inbox: Receiver<Message>,
+    pub(crate) control: Arc<Control>,
+    pub(crate) watchdog: Watchdog,
+    /// Counts the execution as live until its engine is gone.
+    pub(crate) live: Live,
+}
+
+/// What the host side tells a running execution.
+pub(crate) enum Message {
+    Answer {
+        call: u64,
+        answer: CallAnswer,
+    },
+    /// The host dropped the execution (or released a retained one): end it.
+    Cancel,
+}
+
+/// What an execution reports to its host side, in the order it happens.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// One console call, formatted.
+    Log(String),
+    /// The run ended.
+    Settled(Settlement),
+}
+
+/// How a run ended, before the logs are attached.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Settlement {
+    Returned(Option<Value>),
+    Failed(OutcomeKind, String),
+}
+
+impl Settlement {
+    pub(crate) fn timeout(limits: &Limits) -> Settlement {
+        Settlement::Failed(
+            OutcomeKind::Timeout,
+            texts::TIMEOUT.fill(&[&limits.timeout.as_millis().to_string()]),
+        )
+    }
+
+    fn memory(budget: &Budget) -> Settlement {
+        Settlement::Failed(OutcomeKind::Memory, texts::MEMORY_LIMIT.fill(&[&budget.limit().to_string()]))
+    }
+}
+
+/// Stops one execution from any thread: the watchdog at the deadline, the host on drop.
+pub(crate) struct Control {
+    stop: AtomicBool,
+    stopper: OnceLock<Stopper>,
+    /// Counts a retained engine's late callbacks; the watchdog stops one that overruns.
+    late_callbacks: AtomicU64,
+}
+
+impl Control {
+    pub(crate) fn new() -> Arc<Control> {
+        Arc::new(Control {
+            stop: AtomicBool::new(false),
+            stopper: OnceLock::new(),
+            late_callbacks: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(stopper) = self.stopper.get() {
+            stopper();
+        }
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// The runtime's end of the prelude: the functions it calls into JavaScript.
+struct Prelude<V> {
+    receive: V,
+    finish: V,
+    describe: V,
+    is_refusal: V,
+}
+
+/// The JavaScript values an execution holds; dropped before its engine.
+struct Handles<V> {
+    prelude: Prelude<V>,
+    /// The run's promise, once the entry scope has run.
+    run: Option<V>,
+    /// Rejections nothing has handled yet, by key: (order, promise, reason).
+    unhandled: HashMap<u64, (u64, V, V)>,
+    next_rejection: u64,
+}
+
+/// What the ops the engine calls share with the runtime.
+pub(crate) struct State {
+    limits: Limits,
+    host: Arc<Host>,
+    events: UnboundedSender<Event>,
+    budget: Arc<Budget>,
+    /// The run settled (or ended): calls meet the completion text inside the sandbox.
+    over: bool,
+    calls: Calls,
+    timers: Timers,
+    log_bytes: usize,
+    logs_stopped: bool,
+}
+
+impl State {
+    /// Keep a log line, or stop logs with the marker line once past the bound.
+    fn log(&mut self, line: Option<String>) -> bool {
+        if self.logs_stopped {
+            return false;
+        }
+        let limit = self.limits.max_log_bytes;
+        // A line costs its bytes and one for its end, so empty lines are bounded too.
+        let cost = line.as_ref().map_or(usize::MAX, |line| line.len() + 1);
+        if self.log_bytes.saturating_add(cost) > limit {
+            self.logs_stopped = true;
+            let _ = self.events.send(Event::Log(texts::LOG_LIMIT_REACHED.fill(&[&limit.to_string()])));
+            return false;
+        }
+        let Some(line) = line else { return false };
+        if !self.budget.charge(line.len() + LOG_LINE_HOST_COST) {
+            return false;
+        }
+        self.log_bytes += cost;
+        let _ = self.events.send(Event::Log(line));
+        true
+    }
+}
+
+/// Run one execution on this thread, from its entry scope to its end.
+pub(crate) fn run<E: Engine>(job: Job, blank: Option<E::Blank>) {
+    let mut execution = match catch_unwind(AssertUnwindSafe(|| Execution::<E>::start(job, blank))) {
+        Ok(execution) => execution,
+        Err(_) => return,
+    };
+    execution.drive();
+}
+
+struct Execution<E: Engine> {
+    /// Declared before the engine: handles go first.
+    handles: Option<Handles<E::Value>>,
+    state: Rc<RefCell<State>>,
+    settlement: Option<Settlement>,
+    reported: bool,
+    retain: bool,
+    deadline: Instant,
+    inbox: Receiver<Message>,
+    control: Arc<Control>,
+    watchdog: Watchdog,
+    events: UnboundedSender<Event>,
+    live: Option<Live>,
+    engine: Option<E>,
+}
+
+impl<E: Engine> Drop for Execution<E> {
+    fn drop(&mut self) {
+        self.handles = None;
+        self.engine = None;
+    }
+}
+
+impl<E: Engine> Execution<E> {
+    fn start(job: Job, blank: Option<E::Blank>) -> Execution<E> {
+        let budget = Arc::new(Budget::new(job.limits.memory_limit_bytes));
+        let state = Rc::new(RefCell::new(State {
+            limits: job.limits.clone(),
+            host: job.host.clone(),
+            events: job.events.clone(),
+            budget: budget.clone(),
+            over: false,
+            calls: Calls::default(),
+            timers: Timers::default(),
+            log_bytes: 0,
+            logs_stopped: false,
+        }));
+        let mut execution = Execution {
+            handles: None,
+            state,
+            settlement: None,
+            reported: false,
+            retain: job.retain,
+            deadline: job.deadline,
+            inbox: job.inbox,
+            control: job.control.clone(),
+            watchdog: job.watchdog,
+            events: job.events,
+            live: Some(job.live),
+            engine: None,
+        };
+        let setup = EngineSetup {
+            budget,
+            stack_limit_bytes: job.limits.stack_limit_bytes,
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let engine = match catch_unwind(AssertUnwindSafe(|| E::new(blank, setup))) {
+            Ok(Ok(engine)) => engine,
+            Ok(Err(text)) => {
+                execution.settle(Settlement::Failed(OutcomeKind::Internal, text));
+                return execution;
+            }
+            Err(_) => {
+                execution.settle(Settlement::Failed(OutcomeKind::Internal, ENGINE_PANICKED.to_owned()));
+                return execution;
+            }
+        };
+        let _ = job.control.stopper.set(engine.stopper());
+        if job.control.stopped() {
+            engine.stopper()();
+        }
+        execution.engine = Some(engine);
+        execution.turn(|execution| execution.boot(&job.scope_source));
+        execution
+    }
+
+    /// Evaluate the prelude and the codec, then the entry scope.
+    fn boot(&mut self, scope_source: &str) -> Result<(), Failure<E::Value>> {
+        let ops = calls::ops(&self.state);
+        let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
+        let ops = engine.native_object(&ops).map_err(Failure::from)?;
+        let boot = engine.evaluate_builtin("codemode:prelude", prelude::source).map_err(Failure::from)?;
+        let (max_log, max_result, has_outbound) = {
+            let state = self.state.borrow();
+            (state.limits.max_log_bytes, state.limits.max_result_bytes, state.host.outbound.is_some())
+        };
+        let exports = engine
+            .call(
+                &boot,
+                &[
+                    Arg::Value(&ops),
+                    Arg::Host(HostValue::Number(max_log as f64)),
+                    Arg::Host(HostValue::Number(max_result as f64)),
+                    Arg::Host(HostValue::Bool(has_outbound)),
+                ],
+            )
+            .map_err(Failure::from)?;
+        let export = |engine: &mut E, i| engine.index(&exports, i).ok_or(Failure::Gone);
+        let prelude = Prelude {
+            receive: export(engine, 0)?,
+            finish: export(engine, 2)?,
+            describe: export(engine, 3)?,
+            is_refusal: export(engine, 4)?,
+        };
+        let start = export(engine, 1)?;
+        self.handles = Some(Handles { prelude, run: None, unhandled: HashMap::new(), next_rejection: 0 });
+        let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
+        let codec = engine
+            .evaluate_builtin("codemode:codec", codemode_protocol::codec_source)
+            .map_err(Failure::from)?;
+        let scope = engine.evaluate(&format!("({scope_source})")).map_err(Failure::Syntax)?;
+        let run = engine.call(&start, &[Arg::Value(&scope), Arg::Value(&codec)]).map_err(Failure::from)?;
+        if let Some(handles) = self.handles.as_mut() {
+            handles.run = Some(run);
+        }
+        Ok(())
+    }
+
+    /// Run `f` against the engine, then microtasks, then settle if the run ended.
+    fn turn(&mut self, f: impl FnOnce(&mut Self) -> Result<(), Failure<E::Value>>) {
+        if self.engine.is_none() {
+            return;
+        }
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            let result = f(self).and_then(|()| self.microtasks());
+            if let Err(failure) = result {
+                self.fail(failure);
+            }
+            self.log_unhandled_rejections();
+            self.check_settled();
+        }));
+        if outcome.is_err() {
+            self.settle(Settlement::Failed(OutcomeKind::Internal, ENGINE_PANICKED.to_owned()));
+            self.dispose();
+        }
+        if self.budget_exceeded() || self.control.stopped() {
+            // Nothing more runs in this engine: a stopped or exhausted engine is ended now.
+            let settlement = self.stop_settlement();
+            self.settle(settlement);
+            self.dispose();
+        }
+    }
+
+    fn microtasks(&mut self) -> Result<(), Failure<E::Value>> {
+        let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
+        engine.run_microtasks().map_err(Failure::from)
+    }
+
+    fn budget_exceeded(&self) -> bool {
+        self.state.borrow().budget.exceeded()
+    }
+
+    /// Why a stopped engine stopped: memory first (its latch is the cause), then the clock.
+    fn stop_settlement(&self) -> Settlement {
+        let state = self.state.borrow();
+        if state.budget.exceeded() {
+            return Settlement::memory(&state.budget);
+        }
+        if Instant::now() >= self.deadline {
+            return Settlement::timeout(&state.limits);
+        }
+        Settlement::Failed(OutcomeKind::Internal, texts::CANCELLED.to_owned())
+    }
+
+    /// A failure while booting or running a turn: a thrown value is the run's error until it settles.
+    fn fail(&mut self, failure: Failure<E::Value>) {
+        let settlement = match failure {
+            Failure::Stopped | Failure::Gone => self.stop_settlement(),
+            Failure::Syntax(Thrown::Value(value)) => {
+                Settlement::Failed(OutcomeKind::Syntax, self.describe(&value))
+            }
+            Failure::Syntax(Thrown::Stopped) => self.stop_settlement(),
+            Failure::Thrown(value) => {
+                if self.settlement.is_some() || self.reported {
+                    return; // a late callback threw after the run ended: nothing to report
+                }
+                self.thrown(&value)
+            }
+        };
+        self.settle(settlement);
+    }
+
+    /// The settlement of a run that threw `value`.
+    fn thrown(&mut self, value: &E::Value) -> Settlement {
+        if self.engine.as_mut().is_some_and(|engine| engine.is_out_of_memory(value)) {
+            return Settlement::memory(&self.state.borrow().budget);
+        }
+        let kind = if self.is_refusal(value) { OutcomeKind::Payload } else { OutcomeKind::Thrown };
+        Settlement::Failed(kind, self.describe(value))
+    }
+
+    fn describe(&mut self, value: &E::Value) -> String {
+        let bound = self.state.borrow().limits.max_result_bytes;
+        let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else {
+            // Before the prelude exists (a syntax error in it would be a bug): read it plainly.
+            return self
+                .engine
+                .as_mut()
+                .map(|e| e.read(value))
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+        };
+        let text = match engine.call(&handles.prelude.describe, &[Arg::Value(value)]) {
+            Ok(text) => match engine.read(&text) {
+                HostValue::String(text) => text,
+                _ => texts::UNPRINTABLE_THROWN_VALUE.to_owned(),
+            },
+            Err(_) => texts::UNPRINTABLE_THROWN_VALUE.to_owned(),
+        };
+        bound_error_text(text, bound)
+    }
+
+    fn is_refusal(&mut self, value: &E::Value) -> bool {
+        let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else {
+            return false;
+        };
+        matches!(
+            engine.call(&handles.prelude.is_refusal, &[Arg::Value(value)]).map(|v| engine.read(&v)),
+            Ok(HostValue::Bool(true))
+        )
+    }
+
+    /// Read the run's promise natively; settle once it is no longer pending.
+    fn check_settled(&mut self) {
+        if self.settlement.is_some() || self.reported {
+            return;
+        }
+        let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else { return };
+        let Some(run) = handles.run.as_ref() else { return };
+        let settlement = match engine.promise_state(run) {
+            PromiseState::Pending => return,
+            PromiseState::Rejected(reason) => self.thrown(&reason),
+            PromiseState::Fulfilled(value) => {
+                let finished = engine.call(&handles.prelude.finish, &[Arg::Value(&value)]);
+                let max = self.state.borrow().limits.max_result_bytes;
+                match finished {
+                    Ok(json) => result_settlement(engine.read(&json), max),
+                    Err(Thrown::Value(thrown)) => self.thrown(&thrown),
+                    Err(Thrown::Stopped) => self.stop_settlement(),
+                }
+            }
+        };
+        let settlement = if self.budget_exceeded() { self.stop_settlement() } else { settlement };
+        self.settle(settlement);
+    }
+
+    fn settle(&mut self, settlement: Settlement) {
+        if self.settlement.is_none() && !self.reported {
+            self.settlement = Some(settlement);
+            self.state.borrow_mut().over = true;
+        }
+    }
+
+    /// A floating rejection does not fail the run; it is one `[warn]` line in the logs.
+    fn log_unhandled_rejections(&mut self) {
+        let Some(engine) = self.engine.as_mut() else { return };
+        let events = engine.take_rejections();
+        let Some(handles) = self.handles.as_mut() else { return };
+        let budget = self.state.borrow().budget.clone();
+        for event in events {
+            match event.reason {
+                Some(reason) => {
+                    if !budget.charge(REJECTION_HOST_COST) {
+                        return;
+                    }
+                    handles.next_rejection += 1;
+                    handles.unhandled.insert(event.key, (handles.next_rejection, event.promise, reason));
+                }
+                None => {
+                    if handles.unhandled.remove(&event.key).is_some() {
+                        budget.refund(REJECTION_HOST_COST);
+                    }
+                }
+            }
+        }
+        if handles.unhandled.is_empty() {
+            return;
+        }
+        let mut floating: Vec<(u64, E::Value, E::Value)> =
+            handles.unhandled.drain().map(|(_, entry)| entry).collect();
+        budget.refund(floating.len() * REJECTION_HOST_COST);
+        floating.sort_by_key(|(order, _, _)| *order);
+        for (_, promise, reason) in floating {
+            if self.is_run(&promise) {
+                continue;
+            }
+            let text = self.describe(&reason);
+            self.state.borrow_mut().log(Some(texts::UNHANDLED_REJECTION.fill(&[&text])));
+        }
+    }
+
+    fn is_run(&mut self, promise: &E::Value) -> bool {
+        let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else {
+            return false;
+        };
+        handles.run.as_ref().is_some_and(|run| engine.same(promise, run))
+    }
+
+    /// Serve the execution until it is over: answers, timers, the deadline, the host's cancel.
+    fn drive(&mut self) {
+        loop {
+            self.report();
+            if self.engine.is_none() {
+                return;
+            }
+            let now = Instant::now();
+            let settled = self.settlement.is_some() || self.reported;
+            if !settled && now >= self.deadline {
+                let timeout = Settlement::timeout(&self.state.borrow().limits);
+                self.settle(timeout);
+                continue;
+            }
+            let next_timer = self.state.borrow().timers.next_due();
+            let wake = [next_timer, (!settled).then_some(self.deadline)].into_iter().flatten().min();
+            let message = match wake {
+                Some(at) if at <= now => None,
+                Some(at) => match self.inbox.recv_timeout(at - now) {
+                    Ok(message) => Some(message),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return self.dispose(),
+                },
+                None => match self.inbox.recv() {
+                    Ok(message) => Some(message),
+                    Err(_) => return self.dispose(),
+                },
+            };
+            match message {
+                Some(Message::Answer { call, answer }) => self.answer(call, answer),
+                Some(Message::Cancel) => return self.dispose(),
+                None => self.fire_due_timers(),
+            }
+        }
+    }
+
+    fn answer(&mut self, call: u64, answer: CallAnswer) {
+        if !self.state.borrow_mut().finish_call(call) {
+            return;
+        }
+        self.turn(|execution| {
+            let (Some(engine), Some(handles)) = (execution.engine.as_mut(), execution.handles.as_ref())
+            else {
+                return Err(Failure::Gone);
+            };
+            let id = Arg::Host(HostValue::Number(call as f64));
+            let args = match answer {
+                CallAnswer::Tool(text) => {
+                    vec![Arg::Host(HostValue::Number(1.0)), id, Arg::Host(HostValue::String(text))]
+                }
+                CallAnswer::Fetch(Ok(response)) => vec![
+                    Arg::Host(HostValue::Number(2.0)),
+                    id,
+                    Arg::Host(HostValue::Number(f64::from(response.status))),
+                    Arg::Host(HostValue::String(calls::headers_json(&response.headers))),
+                    Arg::Host(HostValue::Bytes(response.body)),
+                ],
+                CallAnswer::Fetch(Err(text)) => {
+                    vec![Arg::Host(HostValue::Number(3.0)), id, Arg::Host(HostValue::String(text))]
+                }
+            };
+            engine.call(&handles.prelude.receive, &args).map(drop).map_err(Failure::from)
+        });
+    }
+
+    fn fire_due_timers(&mut self) {
+        let now = Instant::now();
+        loop {
+            if self.engine.is_none() {
+                return;
+            }
+            let Some(id) = self.state.borrow_mut().timers.take_due(now) else { return };
+            let late = self.settlement.is_some() || self.reported;
+            if late {
+                let token = self.control.late_callbacks.fetch_add(1, Ordering::AcqRel) + 1;
+                let control = self.control.clone();
+                self.watchdog.at(
+                    Instant::now() + LATE_CALLBACK_BUDGET,
+                    Box::new(move || {
+                        if control.late_callbacks.load(Ordering::Acquire) == token {
+                            control.stop();
+                        }
+                    }),
+                );
+            }
+            self.turn(|execution| {
+                let (Some(engine), Some(handles)) = (execution.engine.as_mut(), execution.handles.as_ref())
+                else {
+                    return Err(Failure::Gone);
+                };
+                let args = [Arg::Host(HostValue::Number(4.0)), Arg::Host(HostValue::Number(id as f64))];
+                engine.call(&handles.prelude.receive, &args).map(drop).map_err(Failure::from)
+            });
+            if late {
+                self.control.late_callbacks.fetch_add(1, Ordering::AcqRel);
+            }
+            self.state.borrow_mut().rearm_timer(id);
+            self.report();
+            if self.engine.is_none() {
+                return;
+            }
+        }
+    }
+
+    /// Send the settlement once; dispose the engine first unless it is retained.
+    fn report(&mut self) {
+        if self.reported {
+            return;
+        }
+        let Some(settlement) = self.settlement.take() else { return };
+        self.reported = true;
+        let disposed = if self.retain { None } else { self.take_engine() };
+        // The engine is out of the count before the host hears, so an outcome in hand means
+        // the engine is gone; its memory is freed after the host has the outcome.
+        let _ = self.events.send(Event::Settled(settlement));
+        drop(disposed);
+    }
+
+    /// The engine and its handles, out of the live count (they are freed when dropped).
+    fn take_engine(&mut self) -> Option<(Option<Handles<E::Value>>, E)> {
+        let handles = self.handles.take();
+        let engine = self.engine.take();
+        self.live = None;
+        Some((handles, engine?))
+    }
+
+    fn dispose(&mut self) {
+        if let Some((handles, engine)) = self.take_engine() {
+            drop(handles);
+            drop(engine);
+        }
+    }
+}
+
+/// Why a turn did not complete.
+enum Failure<V> {
+    Thrown(V),
+    /// The entry scope did not compile.
+    Syntax(Thrown<V>),
+    Stopped,
+    Gone,
+}
+
+impl<V> From<Thrown<V>> for Failure<V> {
+    fn from(thrown: Thrown<V>) -> Failure<V> {
+        match thrown {
+            Thrown::Value(value) => Failure::Thrown(value),
+            Thrown::Stopped => Failure::Stopped,
+        }
+    }
+}
+
+/// The result in the codec's form, refused when it is past the bound.
+fn result_settlement(json: HostValue, max_bytes: usize) -> Settlement {
+    let too_large = || {
+        Settlement::Failed(
+            OutcomeKind::ResultTooLarge,
+            texts::RESULT_TOO_LARGE.fill(&[&max_bytes.to_string()]),
+        )
+    };
+    match json {
+        HostValue::String(text) if text.len() > max_bytes => too_large(),
+        HostValue::String(text) => match parse_for_dispatch(&text) {
+            Ok(value) => Settlement::Returned(Some(value)),
+            Err(error) => Settlement::Failed(OutcomeKind::Internal, error.to_string()),
+        },
+        HostValue::Bool(false) => too_large(),
+        _ => Settlement::Returned(None),
+    }
+}
+
+/// An error text longer than the result bound keeps its head and says how much was cut.
+fn bound_error_text(mut text: String, max_bytes: usize) -> String {
+    if text.len() <= max_bytes {
+        return text;
+    }
+    let total = text.len();
+    let mut keep = max_bytes;
+    while !text.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    text.truncate(keep);
+    text.push_str(&texts::ERROR_TEXT_TRUNCATED.fill(&[&total.to_string(), &keep.to_string()]));
+    text
+}

@@ -1,0 +1,355 @@
+// The runtime's JavaScript side, the same on every engine: the host functions the codec
+// reads, console, timers, the web globals, and the helpers the runtime calls to settle a
+// run. prelude.rs wraps this body as `((texts) => (ops, maxLogBytes, maxResultBytes,
+// hasOutbound) => { ... })(texts)`. It runs before any provider or program source and
+// captures every intrinsic it uses, so a program that rewrites globals changes nothing here.
+'use strict';
+const global = globalThis;
+const apply = Reflect.apply;
+const defineProperty = Object.defineProperty;
+const PromiseConstructor = Promise;
+const promiseResolve = Promise.resolve;
+const promiseReject = Promise.reject;
+const then = Promise.prototype.then;
+const ErrorConstructor = Error;
+const TypeErrorConstructor = TypeError;
+const RangeErrorConstructor = RangeError;
+const StringConstructor = String;
+const isError = Error.isError;
+const jsonStringify = JSON.stringify;
+const jsonParse = JSON.parse;
+const mathTrunc = Math.trunc;
+const WeakSetConstructor = WeakSet;
+const weakSetAdd = WeakSet.prototype.add;
+const weakSetHas = WeakSet.prototype.has;
+const isView = ArrayBuffer.isView;
+const isArray = Array.isArray;
+const objectEntries = Object.entries;
+const Uint8ArrayConstructor = Uint8Array;
+const ArrayBufferConstructor = ArrayBuffer;
+const MapConstructor = Map;
+const SetConstructor = Set;
+const DateConstructor = Date;
+const RegExpConstructor = RegExp;
+
+const opCall = ops.call;
+const opFetch = ops.fetch;
+const opTimer = ops.timer;
+const opClearTimer = ops.clearTimer;
+const opLog = ops.log;
+const opUtf8Encode = ops.utf8Encode;
+const opUtf8Decode = ops.utf8Decode;
+const opLatin1Decode = ops.latin1Decode;
+const opBytesToBase64 = ops.bytesToBase64;
+const opBase64ToBytes = ops.base64ToBytes;
+
+const resolved = (value) => apply(promiseResolve, PromiseConstructor, [value]);
+const rejected = (error) => apply(promiseReject, PromiseConstructor, [error]);
+
+// Errors the runtime made for a call a bound refused; a run ending with one is a payload outcome.
+const refusals = new WeakSetConstructor();
+const refuse = (text) => {
+  const error = new ErrorConstructor(text);
+  apply(weakSetAdd, refusals, [error]);
+  return rejected(error);
+};
+
+// Calls awaiting the host, by the id the runtime gave them: [resolve, reject].
+const pending = { __proto__: null };
+const later = (id) => new PromiseConstructor((resolve, reject) => { pending[id] = [resolve, reject]; });
+
+// An op answers a call with the answer itself (ready at once), an id (answered later), or
+// [text] (refused by a bound).
+const dispatch = function __dispatch(provider, tool, argsJson) {
+  const answer = opCall(StringConstructor(provider), StringConstructor(tool), StringConstructor(argsJson));
+  if (typeof answer === 'string') return resolved(answer);
+  if (typeof answer === 'number') return later(answer);
+  return refuse(answer[0]);
+};
+
+// A fetch answers [status, headersJson, ArrayBuffer], false-and-text for a failure, an id or [text].
+const outbound = (method, url, headers, body) => {
+  const answer = opFetch(method, url, headers, body);
+  if (typeof answer === 'number') return later(answer);
+  if (answer.length === 1) return refuse(answer[0]);
+  if (answer[0] === false) return rejected(new ErrorConstructor(answer[1]));
+  return resolved(answer);
+};
+
+global.__dispatch = dispatch;
+global.__bytesToBase64 = function __bytesToBase64(view) { return opBytesToBase64(view); };
+global.__base64ToBytes = function __base64ToBytes(text) { return opBase64ToBytes(StringConstructor(text)); };
+
+// The outcome text of a thrown value: an Error's message, String(value) otherwise.
+const describe = (thrown) => {
+  if (thrown !== null && typeof thrown === 'object' && isError(thrown)) {
+    try {
+      return StringConstructor(thrown.message);
+    } catch {
+      return '';
+    }
+  }
+  try {
+    return StringConstructor(thrown);
+  } catch {
+    return texts.unprintable;
+  }
+};
+const isRefusal = (thrown) => apply(weakSetHas, refusals, [thrown]);
+
+// One console argument by the outcome rules.
+const field = (object, name) => {
+  try {
+    return StringConstructor(object[name]);
+  } catch {
+    return '';
+  }
+};
+const format = (value) => {
+  if (typeof value === 'string') return value;
+  if (value !== null && typeof value === 'object') {
+    if (isError(value)) return field(value, 'name') + ': ' + field(value, 'message');
+    try {
+      const json = jsonStringify(value);
+      if (typeof json === 'string') return json;
+    } catch {}
+  }
+  try {
+    return StringConstructor(value);
+  } catch {
+    return '';
+  }
+};
+let logsStopped = false;
+const log = (prefix, args) => {
+  if (logsStopped) return;
+  let line = prefix;
+  for (let i = 0; i < args.length; i++) {
+    if (i > 0) line += ' ';
+    line += format(args[i]);
+  }
+  // A line past the whole bound never crosses to the host: only its length does.
+  const kept = line.length > maxLogBytes ? opLog(undefined, line.length) : opLog(line);
+  if (!kept) logsStopped = true;
+};
+global.console = {
+  log(...args) { log('', args); },
+  info(...args) { log('', args); },
+  debug(...args) { log('', args); },
+  warn(...args) { log('[warn] ', args); },
+  error(...args) { log('[error] ', args); },
+};
+
+// Timers: the runtime keeps when each is due; the callbacks and their arguments stay here.
+const timers = { __proto__: null };
+const delayOf = (delay) => {
+  const ms = delay === undefined ? 0 : +delay;
+  return ms > 0 && ms < Infinity ? (ms < 2147483647 ? ms : 2147483647) : 0;
+};
+const timer = (name, repeat) => function (callback, delay, ...args) {
+  if (typeof callback !== 'function') throw new TypeErrorConstructor(`${name}: the callback must be a function`);
+  const id = opTimer(delayOf(delay), repeat);
+  timers[id] = [callback, args, repeat];
+  return id;
+};
+const clear = function (id) {
+  if (id === undefined) return;
+  const n = mathTrunc(+id);
+  if (!(n >= 1)) return;
+  if (timers[n] !== undefined) delete timers[n];
+  opClearTimer(n);
+};
+const define = (name, value) =>
+  defineProperty(global, name, { value, writable: true, configurable: true, enumerable: false });
+global.setTimeout = timer('setTimeout', false);
+global.setInterval = timer('setInterval', true);
+global.clearTimeout = clear;
+global.clearInterval = clear;
+
+// The web globals: most programs use none, so they are built on first touch of any of them.
+const webGlobals = () => {
+  const resolvedPromise = resolved(undefined);
+  define('queueMicrotask', function queueMicrotask(callback) {
+    if (typeof callback !== 'function') throw new TypeErrorConstructor('queueMicrotask: the callback must be a function');
+    apply(then, resolvedPromise, [() => callback()]);
+  });
+
+  const asBytes = (input) => {
+    if (input === undefined) return new Uint8ArrayConstructor(0);
+    if (input instanceof ArrayBufferConstructor) return new Uint8ArrayConstructor(input);
+    if (isView(input)) return new Uint8ArrayConstructor(input.buffer, input.byteOffset, input.byteLength);
+    throw new TypeErrorConstructor('Expected an ArrayBuffer or a typed array');
+  };
+
+  class TextEncoder {
+    get encoding() { return 'utf-8'; }
+    encode(text = '') { return new Uint8ArrayConstructor(opUtf8Encode(StringConstructor(text))); }
+  }
+  class TextDecoder {
+    constructor(label = 'utf-8') {
+      const name = StringConstructor(label).toLowerCase();
+      if (name !== 'utf-8' && name !== 'utf8') throw new RangeErrorConstructor(`TextDecoder: only utf-8 is supported, not "${label}"`);
+    }
+    get encoding() { return 'utf-8'; }
+    decode(input) { return opUtf8Decode(asBytes(input)); }
+  }
+  define('TextEncoder', TextEncoder);
+  define('TextDecoder', TextDecoder);
+
+  define('btoa', function btoa(text) {
+    const string = StringConstructor(text);
+    const bytes = new Uint8ArrayConstructor(string.length);
+    for (let i = 0; i < string.length; i++) {
+      const code = string.charCodeAt(i);
+      if (code > 255) throw new ErrorConstructor('btoa: the string contains a character outside Latin-1');
+      bytes[i] = code;
+    }
+    return opBytesToBase64(bytes);
+  });
+  define('atob', function atob(text) {
+    let string = StringConstructor(text).replace(/[\t\n\f\r ]/g, '');
+    if (string.length % 4 === 1) throw new ErrorConstructor('atob: the string is not valid base64');
+    while (string.length % 4 !== 0) string += '=';
+    const buffer = opBase64ToBytes(string);
+    if (buffer === undefined) throw new ErrorConstructor('atob: the string is not valid base64');
+    return opLatin1Decode(new Uint8ArrayConstructor(buffer));
+  });
+
+  define('structuredClone', function structuredClone(value) {
+    const seen = new MapConstructor();
+    const clone = (input) => {
+      if (input === null || (typeof input !== 'object' && typeof input !== 'function')) {
+        if (typeof input === 'symbol') throw new TypeErrorConstructor('structuredClone: a symbol cannot be cloned');
+        return input;
+      }
+      if (typeof input === 'function') throw new TypeErrorConstructor('structuredClone: a function cannot be cloned');
+      if (seen.has(input)) return seen.get(input);
+      let copy;
+      if (isArray(input)) {
+        copy = [];
+        seen.set(input, copy);
+        for (let i = 0; i < input.length; i++) copy[i] = clone(input[i]);
+        return copy;
+      }
+      if (input instanceof DateConstructor) copy = new DateConstructor(input.getTime());
+      else if (input instanceof RegExpConstructor) copy = new RegExpConstructor(input.source, input.flags);
+      else if (input instanceof ArrayBufferConstructor) copy = input.slice(0);
+      else if (isView(input)) copy = new input.constructor(input);
+      else if (input instanceof MapConstructor) {
+        copy = new MapConstructor();
+        seen.set(input, copy);
+        for (const [k, v] of input) copy.set(clone(k), clone(v));
+        return copy;
+      } else if (input instanceof SetConstructor) {
+        copy = new SetConstructor();
+        seen.set(input, copy);
+        for (const v of input) copy.add(clone(v));
+        return copy;
+      } else if (input instanceof ErrorConstructor) {
+        copy = new input.constructor(input.message);
+      } else {
+        copy = {};
+        seen.set(input, copy);
+        for (const key of Object.keys(input)) copy[key] = clone(input[key]);
+        return copy;
+      }
+      seen.set(input, copy);
+      return copy;
+    };
+    return clone(value);
+  });
+
+  const encoder = new TextEncoder();
+  const decoder = new TextDecoder();
+  class Headers {
+    #entries;
+    constructor(init = []) {
+      this.#entries = [];
+      const pairs = isArray(init) ? init : init instanceof Headers ? init.entries() : objectEntries(init);
+      for (const [name, value] of pairs) this.append(name, value);
+    }
+    append(name, value) { this.#entries.push([StringConstructor(name).toLowerCase(), StringConstructor(value)]); }
+    get(name) {
+      const key = StringConstructor(name).toLowerCase();
+      const values = this.#entries.filter(([k]) => k === key).map(([, v]) => v);
+      return values.length === 0 ? null : values.join(', ');
+    }
+    has(name) { return this.get(name) !== null; }
+    entries() { return this.#entries.map(([k, v]) => [k, v]); }
+    [Symbol.iterator]() { return this.entries()[Symbol.iterator](); }
+    forEach(callback) { for (const [k, v] of this.#entries) callback(v, k, this); }
+  }
+  class Response {
+    #body;
+    constructor(body, init = {}) {
+      this.#body = asBytes(body);
+      this.status = init.status ?? 200;
+      this.statusText = init.statusText ?? '';
+      this.headers = new Headers(init.headers ?? []);
+      this.url = init.url ?? '';
+      this.ok = this.status >= 200 && this.status < 300;
+    }
+    async arrayBuffer() { return this.#body.slice().buffer; }
+    async bytes() { return this.#body.slice(); }
+    async text() { return decoder.decode(this.#body); }
+    async json() { return jsonParse(decoder.decode(this.#body)); }
+  }
+  define('Headers', Headers);
+  define('Response', Response);
+
+  define('fetch', async function fetch(input, init = {}) {
+    if (!hasOutbound) throw new TypeErrorConstructor(texts.networkClosed);
+    const url = StringConstructor(input);
+    const method = StringConstructor(init.method ?? 'GET').toUpperCase();
+    const headers = new Headers(init.headers ?? []).entries();
+    const body = init.body === undefined || init.body === null ? new Uint8ArrayConstructor(0)
+      : typeof init.body === 'string' ? encoder.encode(init.body) : asBytes(init.body);
+    const [status, responseHeaders, responseBody] = await outbound(method, url, jsonStringify(headers), body);
+    return new Response(responseBody, { status, headers: jsonParse(responseHeaders), url });
+  });
+};
+let webGlobalsInstalled = false;
+const installWebGlobals = () => {
+  if (webGlobalsInstalled) return;
+  webGlobalsInstalled = true;
+  webGlobals();
+};
+for (const name of texts.webGlobals) {
+  defineProperty(global, name, {
+    get() { installWebGlobals(); return global[name]; },
+    set(value) { installWebGlobals(); global[name] = value; },
+    configurable: true,
+  });
+}
+
+// What the runtime calls. `receive` delivers answers and fires timers; `start` runs the
+// entry scope; `finish` writes a result; `describe` and `isRefusal` read a thrown value.
+let stringify;
+const receive = (what, id, a, b, c) => {
+  if (what === 4) {
+    const entry = timers[id];
+    if (entry === undefined) return;
+    if (!entry[2]) delete timers[id];
+    apply(entry[0], undefined, entry[1]);
+    return;
+  }
+  const call = pending[id];
+  if (call === undefined) return;
+  delete pending[id];
+  if (what === 1) call[0](a);
+  else if (what === 2) call[0]([a, b, c]);
+  else call[1](new ErrorConstructor(a));
+};
+const start = (scope, codec) => {
+  const pair = apply(scope, undefined, codec);
+  stringify = pair[1];
+  return pair[0];
+};
+// undefined for undefined, false when the result is past the bound, else its JSON text.
+const finish = (value) => {
+  if (value === undefined) return undefined;
+  const json = stringify(value);
+  if (typeof json !== 'string') return undefined;
+  return json.length > maxResultBytes ? false : json;
+};
+return [receive, start, finish, describe, isRefusal];

@@ -1,0 +1,29 @@
+//! The prelude's source: `prelude.js` wrapped with the texts it shows, built once per process.
+
+use codemode_protocol::texts;
+
+const PRELUDE: &str = include_str!("prelude.js");
+
+/// The globals the prelude builds on first touch; most programs use none of them.
+pub(super) const WEB_GLOBALS: &[&str] = &[
+    "queueMicrotask",
+    "TextEncoder",
+    "TextDecoder",
+    "atob",
+    "btoa",
+    "structuredClone",
+    "Headers",
+    "Response",
+    "fetch",
+];
+
+/// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound) => [receive,
+/// start, finish, describe, isRefusal]`.
+pub(super) fn source() -> String {
+    let texts = serde_json::json!({
+        "unprintable": texts::UNPRINTABLE_THROWN_VALUE,
+        "networkClosed": texts::NETWORK_CLOSED,
+        "webGlobals": WEB_GLOBALS,
+    });
+    format!("((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound) => {{\n{PRELUDE}\n}})({texts})")
+}
