@@ -138,14 +138,12 @@ fn js_string(text: &str) -> String {
 }
 
 /// A template as the codec's `fill` reads it: literal strings and hole indices.
+/// A hole's index is its name's place in [`Template::holes`], as [`Template::fill`] counts.
 fn js_template(template: Template) -> serde_json::Value {
-    let mut hole = 0;
+    let holes = template.holes();
     let pieces = template.parts().into_iter().map(|part| match part {
         TemplatePart::Literal(literal) => serde_json::Value::from(literal),
-        TemplatePart::Hole(_) => {
-            hole += 1;
-            serde_json::Value::from(hole - 1)
-        }
+        TemplatePart::Hole(name) => serde_json::Value::from(holes.iter().position(|hole| *hole == name)),
     });
     serde_json::Value::Array(pieces.collect())
 }

@@ -7,7 +7,8 @@
 
 /// A pinned text with named holes such as `{tool}`.
 ///
-/// The holes are filled in order of the arguments given to [`Template::fill`].
+/// The holes are filled in order of the arguments given to [`Template::fill`]; a hole
+/// named twice takes the same value both times.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Template(&'static str);
 
@@ -37,16 +38,35 @@ impl Template {
         parts
     }
 
-    /// Fill the holes with `values`, the first value into the first hole.
+    /// The names of the holes, each once, in order of first appearance: the order of
+    /// the values [`Template::fill`] takes.
+    pub fn holes(self) -> Vec<&'static str> {
+        let mut holes = Vec::new();
+        for part in self.parts() {
+            if let TemplatePart::Hole(name) = part {
+                if !holes.contains(&name) {
+                    holes.push(name);
+                }
+            }
+        }
+        holes
+    }
+
+    /// Fill the holes with `values`: the first value into the first hole named, the
+    /// second into the second name, and so on ([`Template::holes`]). A hole named twice
+    /// takes the same value both times.
     ///
     /// A value is inserted as it is; it is never itself scanned for holes.
     pub fn fill(self, values: &[&str]) -> String {
+        let holes = self.holes();
         let mut text = String::with_capacity(self.0.len() + values.iter().map(|v| v.len()).sum::<usize>());
-        let mut next = values.iter();
         for part in self.parts() {
             match part {
                 TemplatePart::Literal(literal) => text.push_str(literal),
-                TemplatePart::Hole(_) => text.push_str(next.next().copied().unwrap_or_default()),
+                TemplatePart::Hole(name) => {
+                    let index = holes.iter().position(|hole| *hole == name).unwrap_or(usize::MAX);
+                    text.push_str(values.get(index).copied().unwrap_or_default());
+                }
             }
         }
         text
@@ -137,6 +157,25 @@ pub const PAYLOAD_TOO_LARGE: Template = Template(
 pub const RESULT_TOO_LARGE: Template = Template(
     "Result is over the limit of {limit} bytes. Return less, or return it in parts over several runs.",
 );
+
+/// A limit in a request below the least the executor can run with. `{limit}` is the
+/// request's field (`memoryLimitBytes`, say).
+pub const LIMIT_TOO_SMALL: Template =
+    Template("The {limit} of {value} is below the minimum of {minimum}; ask for at least {minimum}.");
+
+/// A limit in a request above the most this executor allows. `{limit}` is the request's
+/// field (`timeoutMs`, say).
+pub const LIMIT_ABOVE_CEILING: Template = Template(
+    "The {limit} of {value} is above this executor's ceiling of {ceiling}; ask for at most {ceiling}.",
+);
+
+/// Appended to a thrown text the outcome cut short: how long it was and how much is kept.
+pub const ERROR_TEXT_TRUNCATED: Template =
+    Template(" … [the error text was {bytes} bytes; the outcome keeps the first {kept}]");
+
+/// A log or diagnostic line: an engine kept running past its deadline and was given up.
+pub const ENGINE_UNSTOPPABLE: &str =
+    "The engine did not stop after the deadline; its thread was abandoned and the executor replaced it.";
 
 /// The last log line, once the logs passed their volume bound.
 pub const LOG_LIMIT_REACHED: Template =

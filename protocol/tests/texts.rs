@@ -93,3 +93,49 @@ fn the_limit_texts_are_pinned() {
     assert_eq!(UNPRINTABLE_THROWN_VALUE, "The program threw a value that cannot be converted to a string.");
     assert_eq!(UNHANDLED_REJECTION.fill(&["x"]), "[warn] Unhandled rejection: x");
 }
+
+#[test]
+fn the_limit_refusal_and_engine_texts_are_pinned() {
+    assert_eq!(
+        LIMIT_TOO_SMALL.fill(&["memoryLimitBytes", "1024", "65536"]),
+        "The memoryLimitBytes of 1024 is below the minimum of 65536; ask for at least 65536."
+    );
+    assert_eq!(
+        LIMIT_ABOVE_CEILING.fill(&["timeoutMs", "600000", "300000"]),
+        "The timeoutMs of 600000 is above this executor's ceiling of 300000; ask for at most 300000."
+    );
+    assert_eq!(
+        ERROR_TEXT_TRUNCATED.fill(&["1048576", "65536"]),
+        " \u{2026} [the error text was 1048576 bytes; the outcome keeps the first 65536]"
+    );
+    assert_eq!(
+        ENGINE_UNSTOPPABLE,
+        "The engine did not stop after the deadline; its thread was abandoned and the executor replaced it."
+    );
+}
+
+#[test]
+fn a_hole_named_twice_takes_one_value() {
+    assert_eq!(LIMIT_TOO_SMALL.holes(), vec!["limit", "value", "minimum"]);
+    assert_eq!(LIMIT_ABOVE_CEILING.holes(), vec!["limit", "value", "ceiling"]);
+    assert_eq!(TOOL_NOT_FOUND.holes(), vec!["tool"]);
+    assert_eq!(PAYLOAD_TOO_LARGE.holes(), vec!["size", "limit"]);
+}
+
+#[test]
+fn the_wire_texts_are_pinned() {
+    assert_eq!(CANCELLED, "Execution was cancelled by the host.");
+    assert_eq!(CONNECTION_CLOSED, "The host closed the connection before answering this call.");
+    assert_eq!(
+        WORKER_PROCESS_DIED,
+        "The isolated worker process ended before the run did. The execution is lost; run it again."
+    );
+    assert_eq!(
+        TOO_MANY_EXECUTIONS.fill(&["1024"]),
+        "The daemon is running its maximum of 1024 executions on this connection. Wait for one to end, or open another connection."
+    );
+    assert_eq!(
+        DAEMON_CONNECTION_LOST,
+        "The connection to the daemon closed before the run ended. The execution is lost; run it again."
+    );
+}
