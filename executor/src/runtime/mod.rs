@@ -445,6 +445,9 @@ impl<E: Engine> Execution<E> {
 
     /// A floating rejection does not fail the run; it is one `[warn]` line in the logs.
     fn log_unhandled_rejections(&mut self) {
+        if self.budget_exceeded() || self.control.stopped() {
+            return; // the run ends with its own outcome; the rejections it left say nothing more
+        }
         let Some(engine) = self.engine.as_mut() else { return };
         let events = engine.take_rejections();
         let Some(handles) = self.handles.as_mut() else { return };

@@ -1,0 +1,106 @@
+//! Isolation between executions in one process: a spinning or stuck program neither
+//! starves its neighbours nor takes the executor's capacity for good.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
+use support::json;
+
+fn executor() -> Executor {
+    Executor::new(ExecutorConfig { workers: 2, ..ExecutorConfig::default() })
+}
+
+/// A dispatch answering every call after `delay`.
+fn slow(delay: Duration) -> impl codemode_protocol::Dispatch {
+    move |call: ToolCall| async move {
+        tokio::time::sleep(delay).await;
+        format!("{{\"result\":{}}}", call.args_json)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_waiting_executions_return_beside_two_spinning_ones() {
+    let executor = executor();
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let executor = executor.clone();
+            tokio::spawn(async move {
+                executor.execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(6))).await
+            })
+        })
+        .collect();
+    // Let the spinners take both cores first.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting: Vec<_> = (0..20)
+        .map(|i| {
+            let executor = executor.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let outcome = executor
+                    .execute(
+                        Request::new(format!("async () => await store.echo({i})"))
+                            .provider(ProviderDescriptor::new("store", ["echo"]))
+                            .dispatch(slow(Duration::from_millis(50)))
+                            .timeout(Duration::from_secs(2)),
+                    )
+                    .await;
+                (i, outcome, started.elapsed())
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for handle in waiting {
+        let (i, outcome, elapsed) = handle.await.unwrap();
+        assert_eq!(json(&outcome), format!(r#"{{"result":[{i}],"logs":[]}}"#));
+        slowest = slowest.max(elapsed);
+    }
+    eprintln!("slowest waiting execution beside two spinners: {slowest:?} (dispatch takes 50 ms)");
+    // The guarantee is a scheduling delay of tens of milliseconds; the bound leaves room for a loaded CI machine.
+    assert!(slowest < Duration::from_millis(50 + 500), "{slowest:?}");
+    for spinner in spinners {
+        assert_eq!(spinner.await.unwrap().kind(), OutcomeKind::Timeout);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_reverse_runs_leave_the_executor_whole() {
+    let executor = executor();
+    let code = "async () => Array.prototype.reverse.call({ length: 2 ** 53 - 1 })";
+    for _ in 0..8 {
+        let outcome = executor.execute(Request::new(code).timeout(Duration::from_millis(300))).await;
+        assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":[]}"#);
+    }
+    let started = Instant::now();
+    let outcome = executor.execute(Request::new("async () => 1")).await;
+    assert_eq!(json(&outcome), r#"{"result":1,"logs":[]}"#);
+    assert!(started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
+    // Every engine stopped: nothing is live and no thread is left spinning.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while executor.live_engines() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(executor.live_engines(), 0);
+    assert!(executor.execution_threads() <= 2 + 8, "{}", executor.execution_threads());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_program_does_not_delay_a_timer_elsewhere() {
+    let executor = executor();
+    let spinner = {
+        let executor = executor.clone();
+        tokio::spawn(async move {
+            executor.execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(3))).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let started = Instant::now();
+    let outcome = executor
+        .execute(Request::new("async () => { await new Promise((r) => setTimeout(r, 100)); return 'woke' }"))
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":"woke","logs":[]}"#);
+    assert!(started.elapsed() < Duration::from_millis(100 + 500), "{:?}", started.elapsed());
+    assert_eq!(spinner.await.unwrap().kind(), OutcomeKind::Timeout);
+}
