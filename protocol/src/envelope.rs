@@ -7,9 +7,13 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::de::{IgnoredAny, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
 
-use crate::codec::{CodecError, Value, stringify_for_dispatch};
+use crate::codec::{
+    CodecError, Value, from_json_str, parse_for_dispatch, replace_lone_surrogates, stringify_for_dispatch,
+};
 use crate::texts;
 
 /// The envelope field carrying a call's value.
@@ -74,22 +78,75 @@ impl std::error::Error for AnswerError {}
 ///
 /// Not JSON, or JSON that is not an object (arrays, strings, null included): the
 /// pinned outside-envelope text. A malformed binary tag inside: the codec's text.
-/// A non-string `error` is carried as its JSON text.
+/// A non-string `error` is carried as its JSON text. Any depth; a lone surrogate
+/// escape reads as U+FFFD, as the codec reads it.
 pub fn read_answer(answer: &str) -> Result<Answer, AnswerError> {
-    let outside = || AnswerError { message: texts::OUTSIDE_ENVELOPE.to_owned() };
-    let json: serde_json::Value = serde_json::from_str(answer).map_err(|_| outside())?;
-    let serde_json::Value::Object(mut fields) = json else {
-        return Err(outside());
-    };
-    match fields.shift_remove(ERROR_FIELD) {
-        None | Some(serde_json::Value::Null) => {}
-        Some(serde_json::Value::String(text)) => return Ok(Answer::Error(text)),
-        Some(other) => return Ok(Answer::Error(other.to_string())),
+    match serde_json::from_str::<Fields<'_>>(answer) {
+        Ok(envelope) => read_envelope(envelope),
+        Err(_) => match replace_lone_surrogates(answer) {
+            Some(repaired) => {
+                serde_json::from_str::<Fields<'_>>(&repaired).map_err(|_| outside()).and_then(read_envelope)
+            }
+            None => Err(outside()),
+        },
     }
-    match fields.shift_remove(RESULT_FIELD) {
+}
+
+fn outside() -> AnswerError {
+    AnswerError { message: texts::OUTSIDE_ENVELOPE.to_owned() }
+}
+
+fn read_envelope(envelope: Fields<'_>) -> Result<Answer, AnswerError> {
+    match envelope.error.map(RawValue::get) {
+        None | Some("null") => {}
+        Some(text) if text.starts_with('"') => {
+            return from_json_str::<String>(text).map(Answer::Error).map_err(|_| outside());
+        }
+        Some(other) => {
+            // Compact JSON text; a value too deep for that is carried as it was written.
+            let compact = serde_json::from_str::<serde_json::Value>(other).map(|json| json.to_string());
+            return Ok(Answer::Error(compact.unwrap_or_else(|_| other.to_owned())));
+        }
+    }
+    match envelope.result {
         None => Ok(Answer::Result(None)),
-        Some(json) => Value::from_json(json)
+        Some(json) => parse_for_dispatch(json.get())
             .map(|value| Answer::Result(Some(value)))
             .map_err(|error| AnswerError { message: error.message().to_owned() }),
+    }
+}
+
+/// The two fields of an envelope object, as written (the last of a repeated field wins,
+/// as in `JSON.parse`); other fields are skipped.
+struct Fields<'a> {
+    error: Option<&'a RawValue>,
+    result: Option<&'a RawValue>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Fields<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Fields<'a>, D::Error> {
+        struct Envelope<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for Envelope<'a> {
+            type Value = Fields<'a>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an envelope object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields<'a>, A::Error> {
+                let mut fields = Fields { error: None, result: None };
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        ERROR_FIELD => fields.error = Some(map.next_value()?),
+                        RESULT_FIELD => fields.result = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(fields)
+            }
+        }
+        deserializer.deserialize_map(Envelope(std::marker::PhantomData))
     }
 }

@@ -50,8 +50,8 @@ pub mod wire;
 
 pub use binary::{BINARY_TAG, Binary, BinaryKind, Bytes};
 pub use codec::{
-    CodecError, Value, parse_dispatch_arguments, parse_dispatch_arguments_as, parse_for_dispatch,
-    stringify_for_dispatch,
+    CodecError, Value, from_json_str, parse_dispatch_arguments, parse_dispatch_arguments_as,
+    parse_for_dispatch, stringify_for_dispatch,
 };
 pub use dispatch::{
     Dispatch, DispatchFuture, EnvelopeDispatch, Latch, LatchGuard, ToolCall, ToolNotFoundError,

@@ -1,7 +1,8 @@
-//! The codec: tagged binary both ways, the `Vec<u8>` trap, argument lists, malformed tags.
+//! The codec: tagged binary both ways, the `Vec<u8>` trap, argument lists, malformed tags,
+//! values of any depth, and lone surrogates.
 
 use codemode_protocol::{
-    Binary, BinaryKind, Bytes, Value, parse_dispatch_arguments, parse_dispatch_arguments_as,
+    Binary, BinaryKind, Bytes, Value, from_json_str, parse_dispatch_arguments, parse_dispatch_arguments_as,
     parse_for_dispatch, stringify_for_dispatch,
 };
 use proptest::prelude::*;
@@ -132,6 +133,175 @@ fn a_malformed_tag_is_an_error_naming_what_is_wrong() {
     assert!(typed.unwrap_err().to_string().starts_with("Binary tag \"Int32Array\" carries 3 bytes"));
 }
 
+/// Runs `f` on a thread with a 2 MiB stack, as small as a tokio worker's.
+fn on_a_small_stack(f: impl FnOnce() + Send + 'static) {
+    std::thread::Builder::new().stack_size(2 << 20).spawn(f).unwrap().join().unwrap();
+}
+
+const DEPTH: usize = 100_000;
+
+fn nested_arrays(depth: usize) -> String {
+    format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+}
+
+fn nested_objects(depth: usize) -> String {
+    format!("{}null{}", r#"{"a":"#.repeat(depth), "}".repeat(depth))
+}
+
+#[test]
+fn a_200_deep_array_is_read() {
+    // serde_json alone stops at 128 levels: "recursion limit exceeded at line 1 column 128".
+    let text = nested_arrays(200);
+    assert_eq!(stringify_for_dispatch(&parse_for_dispatch(&text).unwrap()).unwrap(), text);
+}
+
+#[test]
+fn values_of_any_depth_are_read_written_compared_and_dropped_on_a_small_stack() {
+    on_a_small_stack(|| {
+        for text in [nested_arrays(DEPTH), nested_objects(DEPTH)] {
+            let value = parse_for_dispatch(&text).unwrap();
+            assert_eq!(stringify_for_dispatch(&value).unwrap(), text);
+            let copy = value.clone();
+            assert_eq!(copy, value);
+            assert!(format!("{value:?}").len() > DEPTH);
+            let json = value.to_json();
+            assert_eq!(Value::from_json(json).unwrap(), value);
+            assert_eq!(value.deserialize_into::<Value>().unwrap(), value);
+            let from_serde: Value = from_json_str(&text).unwrap();
+            assert_eq!(from_serde, value);
+            drop((value, copy, from_serde));
+        }
+    });
+}
+
+#[test]
+fn arguments_of_any_depth_are_read_on_a_small_stack() {
+    on_a_small_stack(|| {
+        let deep = nested_arrays(DEPTH);
+        let arguments = parse_dispatch_arguments(&format!("[{deep},2]")).unwrap();
+        assert_eq!(arguments.len(), 2);
+        assert_eq!(stringify_for_dispatch(&arguments[0]).unwrap(), deep);
+        let single = parse_dispatch_arguments(&nested_objects(DEPTH)).unwrap();
+        assert_eq!(single.len(), 1);
+
+        let (first, second): (Value, u32) = parse_dispatch_arguments_as(&format!("[{deep},2]")).unwrap();
+        assert_eq!((stringify_for_dispatch(&first).unwrap(), second), (deep, 2));
+        let (only,): (Value,) = parse_dispatch_arguments_as(&nested_objects(DEPTH)).unwrap();
+        assert_eq!(stringify_for_dispatch(&only).unwrap(), nested_objects(DEPTH));
+    });
+}
+
+#[test]
+fn a_deep_plain_json_value_is_converted_and_taken_apart_on_a_small_stack() {
+    on_a_small_stack(|| {
+        // serde_json::Value's own drop recurses (a 100,000-deep one overflows 2 MiB);
+        // from_json takes it apart as it converts, on success and on failure.
+        let mut json = serde_json::Value::Null;
+        for _ in 0..DEPTH {
+            json = serde_json::Value::Array(vec![json]);
+        }
+        let value = Value::from_json(json).unwrap();
+        assert_eq!(stringify_for_dispatch(&value).unwrap(), nested_arrays(DEPTH).replace('1', "null"));
+
+        let deep = || {
+            let mut json = serde_json::Value::Null;
+            for _ in 0..DEPTH {
+                json = serde_json::Value::Array(vec![json]);
+            }
+            json
+        };
+        let malformed = serde_json::json!({ "__executor_binary_v1__": 7 });
+        let json = serde_json::Value::Array(vec![serde_json::Value::Array(vec![malformed, deep()]), deep()]);
+        assert_eq!(
+            Value::from_json(json).unwrap_err().to_string(),
+            "Binary tag must be an object with exactly two string fields, \"__executor_binary_v1__\" and \"data\"."
+        );
+    });
+}
+
+#[test]
+fn a_failure_deep_inside_a_deep_value_is_reported_on_a_small_stack() {
+    on_a_small_stack(|| {
+        let deep = nested_arrays(DEPTH);
+        let tag = r#"{"__executor_binary_v1__":"Uint8Array","data":"AQI"}"#;
+        assert_eq!(
+            parse_for_dispatch(&format!("[{deep},{tag}]")).unwrap_err().to_string(),
+            "Binary tag \"Uint8Array\" carries data that is not standard padded base64."
+        );
+        let error = parse_for_dispatch(&format!("[{deep},]")).unwrap_err().to_string();
+        assert_eq!(error, format!("trailing comma at line 1 column {}", 2 * DEPTH + 4));
+        let error = parse_for_dispatch(&format!("{deep} x")).unwrap_err().to_string();
+        assert_eq!(error, format!("trailing characters at line 1 column {}", 2 * DEPTH + 3));
+    });
+}
+
+#[test]
+fn a_lone_surrogate_reads_as_one_replacement_character() {
+    let string = |json: &str| parse_for_dispatch(json).unwrap().as_str().unwrap().to_owned();
+    assert_eq!(string(r#""a\ud800b""#), "a\u{FFFD}b");
+    assert_eq!(string(r#""\udc00""#), "\u{FFFD}");
+    assert_eq!(string(r#""\ud800\ud800""#), "\u{FFFD}\u{FFFD}");
+    assert_eq!(string(r#""\uDBFF\uD800\uDC00""#), "\u{FFFD}\u{10000}");
+    assert_eq!(string(r#""\udc00\ud800""#), "\u{FFFD}\u{FFFD}");
+    assert_eq!(string(r#""\ud800""#), "\u{FFFD}");
+    assert_eq!(string(r#""x\ud83d\ude00y""#), "x\u{1F600}y");
+    // An escaped backslash is not an escape: `\\ud800` is the six characters `\ud800`.
+    assert_eq!(string(r#""\\ud800""#), "\\ud800");
+    assert_eq!(
+        parse_dispatch_arguments(r#"["\\ud800","\\\ud800","\"\ud800"]"#).unwrap(),
+        vec![Value::from("\\ud800"), Value::from("\\\u{FFFD}"), Value::from("\"\u{FFFD}")]
+    );
+    // Inside keys too, and in the arguments' every reader.
+    let value = parse_for_dispatch(r#"{"k\udfff":"v\ud800"}"#).unwrap();
+    assert_eq!(stringify_for_dispatch(&value).unwrap(), "{\"k\u{FFFD}\":\"v\u{FFFD}\"}");
+    assert_eq!(parse_dispatch_arguments(r#"["\ud800"]"#).unwrap(), vec![Value::from("\u{FFFD}")]);
+    assert_eq!(parse_dispatch_arguments(r#"{"a":"\ud800"}"#).unwrap().len(), 1);
+    let (text,): (String,) = parse_dispatch_arguments_as(r#"["\ud800"]"#).unwrap();
+    assert_eq!(text, "\u{FFFD}");
+    let (text,): (String,) = parse_dispatch_arguments_as(r#""a\udc00""#).unwrap();
+    assert_eq!(text, "a\u{FFFD}");
+}
+
+#[test]
+fn a_text_that_is_wrong_besides_its_lone_surrogate_still_fails_where_it_is_wrong() {
+    assert_eq!(
+        parse_for_dispatch(r#"["\ud800",]"#).unwrap_err().to_string(),
+        "trailing comma at line 1 column 11"
+    );
+    assert_eq!(
+        parse_for_dispatch(r#""\ud800"#).unwrap_err().to_string(),
+        "EOF while parsing a string at line 1 column 7"
+    );
+    assert_eq!(
+        parse_for_dispatch(r#""\ud8"#).unwrap_err().to_string(),
+        "EOF while parsing a string at line 1 column 5"
+    );
+}
+
+#[test]
+fn a_single_argument_keeps_the_list_rule_for_every_shape() {
+    let (id,): (u32,) = parse_dispatch_arguments_as(" 7 ").unwrap();
+    assert_eq!(id, 7);
+    let list: Vec<String> = parse_dispatch_arguments_as(r#""one""#).unwrap();
+    assert_eq!(list, vec!["one".to_owned()]);
+    let some: Option<(u32,)> = parse_dispatch_arguments_as("7").unwrap();
+    assert_eq!(some, Some((7,)));
+    let none: Vec<u32> = parse_dispatch_arguments_as("[]").unwrap();
+    assert!(none.is_empty());
+    assert_eq!(
+        parse_dispatch_arguments_as::<(u32, u32)>("7").unwrap_err().to_string(),
+        "invalid length 1, expected a tuple of size 2"
+    );
+    assert_eq!(
+        parse_dispatch_arguments_as::<(u32,)>("1,2").unwrap_err().to_string(),
+        "trailing characters at line 1 column 2"
+    );
+    assert_eq!(
+        parse_dispatch_arguments_as::<(u32,)>("").unwrap_err().to_string(),
+        "EOF while parsing a value at line 1 column 0"
+    );
+}
+
 fn kind() -> impl Strategy<Value = BinaryKind> {
     proptest::sample::select(BinaryKind::ALL)
 }
@@ -169,6 +339,35 @@ proptest! {
     fn stringify_then_parse_gives_back_the_same_value(value in value()) {
         let text = stringify_for_dispatch(&value).unwrap();
         prop_assert_eq!(parse_for_dispatch(&text).unwrap(), value);
+    }
+
+    #[test]
+    fn any_string_crosses_unchanged(text in any::<String>()) {
+        let json = stringify_for_dispatch(&text).unwrap();
+        prop_assert_eq!(parse_for_dispatch(&json).unwrap(), Value::String(text.clone()));
+        // Escaped as JSON.stringify escapes nothing but ASCII: the same.
+        let escaped: String = text.encode_utf16().map(|unit| format!("\\u{unit:04x}")).collect();
+        prop_assert_eq!(parse_for_dispatch(&format!("\"{escaped}\"")).unwrap(), Value::String(text));
+    }
+
+    #[test]
+    fn any_javascript_string_reads_with_each_lone_surrogate_replaced(units in proptest::collection::vec(
+        prop_oneof![any::<u16>(), 0xD800u16..0xE000, Just(u16::from(b'\\')), Just(u16::from(b'u')), Just(u16::from(b'"'))],
+        0..24,
+    )) {
+        // As JSON.stringify writes it: a lone surrogate escaped, everything else as it is.
+        let mut json = String::from("\"");
+        for unit in char::decode_utf16(units.iter().copied()) {
+            match unit {
+                Ok(c) => {
+                    let quoted = stringify_for_dispatch(&c.to_string()).unwrap();
+                    json.push_str(&quoted[1..quoted.len() - 1]);
+                }
+                Err(lone) => json.push_str(&format!("\\u{:04x}", lone.unpaired_surrogate())),
+            }
+        }
+        json.push('"');
+        prop_assert_eq!(parse_for_dispatch(&json).unwrap(), Value::String(String::from_utf16_lossy(&units)));
     }
 
     #[test]

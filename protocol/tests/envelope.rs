@@ -42,6 +42,36 @@ fn anything_but_a_json_object_is_outside_the_envelope() {
     );
 }
 
+#[test]
+fn an_answer_of_any_depth_or_with_a_lone_surrogate_is_read() {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            let deep = format!("{}1{}", "[".repeat(100_000), "]".repeat(100_000));
+            let Answer::Result(Some(value)) = read_answer(&format!(r#"{{"result":{deep}}}"#)).unwrap() else {
+                panic!("a result")
+            };
+            assert_eq!(codemode_protocol::stringify_for_dispatch(&value).unwrap(), deep);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    assert_eq!(read_answer(r#"{"error":"a\ud800"}"#).unwrap(), Answer::Error("a\u{FFFD}".into()));
+    assert_eq!(read_answer(r#"{"result":"\udc00"}"#).unwrap(), Answer::Result(Some("\u{FFFD}".into())));
+    assert_eq!(read_answer(r#"{"x\ud800":1,"result":2}"#).unwrap(), Answer::Result(Some(2.into())));
+}
+
+#[test]
+fn a_repeated_field_counts_once_the_last_as_json_parse_reads_it() {
+    assert_eq!(read_answer(r#"{"result":1,"result":2}"#).unwrap(), Answer::Result(Some(2.into())));
+    assert_eq!(
+        read_answer(r#"{"error":"a","error":null,"result":3}"#).unwrap(),
+        Answer::Result(Some(3.into()))
+    );
+    assert_eq!(read_answer(r#"{"error": [1, {"b" : 2}]}"#).unwrap(), Answer::Error(r#"[1,{"b":2}]"#.into()));
+    assert_eq!(read_answer(r#"{"error":false}"#).unwrap(), Answer::Error("false".into()));
+}
+
 proptest! {
     #[test]
     fn reading_any_answer_never_panics(answer in ".*") {
