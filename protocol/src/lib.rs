@@ -63,7 +63,7 @@ pub use normalize::{CodeSyntaxError, normalize_code};
 pub use provider::{
     ProviderDescriptor, ProviderNameError, REFUSED_WORDS, RESERVED_PROVIDER_NAMES, validate_providers,
 };
-pub use wire::{ExecuteRequest, Outcome};
+pub use wire::{ExecuteRequest, Outcome, OutcomeKind};
 
 /// The examples of `docs/protocol.md`, compiled and run as doctests.
 #[cfg(doctest)]

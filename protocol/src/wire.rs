@@ -46,6 +46,18 @@ pub struct ExecuteRequest {
     /// Bound on provider + tool + argsJson of one call, in bytes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_payload_bytes: Option<u64>,
+    /// Stack limit of the engine, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack_limit_bytes: Option<u64>,
+    /// Bound on the result in the codec's JSON form, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_result_bytes: Option<u64>,
+    /// Bound on the logs' volume, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_log_bytes: Option<u64>,
+    /// Bound on tool calls in flight at once (made and not yet answered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls_in_flight: Option<u64>,
 }
 
 impl ExecuteRequest {
@@ -60,35 +72,151 @@ impl ExecuteRequest {
             timeout_ms: None,
             memory_limit_bytes: None,
             max_payload_bytes: None,
+            stack_limit_bytes: None,
+            max_result_bytes: None,
+            max_log_bytes: None,
+            max_calls_in_flight: None,
         }
     }
 }
 
+/// How a run ended: what an outcome's `kind` says, so that a program's own text can
+/// never pass for a failure of the run itself (a program may throw the timeout's text;
+/// its outcome is still [`OutcomeKind::Thrown`]).
+///
+/// A returned outcome is always [`OutcomeKind::Returned`] and carries no `kind` on the
+/// wire; every error outcome carries its kind beside its text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OutcomeKind {
+    /// The program returned (or its promise resolved).
+    Returned,
+    /// The program threw or its promise rejected, with anything: its own text, a tool's
+    /// refusal it did not catch, even a pinned text it wrote itself.
+    Thrown,
+    /// The run passed its deadline (`timeoutMs`).
+    Timeout,
+    /// The run ran out of memory: the engine's heap limit, or a budget the host side
+    /// keeps for the run.
+    Memory,
+    /// A call was refused by a bound (the payload size, the calls in flight) and the
+    /// program did not catch the refusal.
+    Payload,
+    /// The program's result passed the bound on result size.
+    ResultTooLarge,
+    /// The code, or a provider's `prelude` or `proxySource`, does not parse.
+    Syntax,
+    /// The request was refused before it ran: a provider name breaks a rule, a limit is
+    /// out of range, or a daemon already runs its maximum of executions on the connection.
+    Invalid,
+    /// Not the program's doing: a bug, or a lost worker, worker process or connection
+    /// (the run is lost; running it again may succeed). A run the host cancelled over the
+    /// wire also ends with this kind.
+    Internal,
+}
+
+impl OutcomeKind {
+    /// Every kind, in declaration order.
+    pub const ALL: &'static [OutcomeKind] = &[
+        OutcomeKind::Returned,
+        OutcomeKind::Thrown,
+        OutcomeKind::Timeout,
+        OutcomeKind::Memory,
+        OutcomeKind::Payload,
+        OutcomeKind::ResultTooLarge,
+        OutcomeKind::Syntax,
+        OutcomeKind::Invalid,
+        OutcomeKind::Internal,
+    ];
+
+    /// The kind as the wire writes it: `returned`, `thrown`, `timeout`, `memory`,
+    /// `payload`, `resultTooLarge`, `syntax`, `invalid` or `internal`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            OutcomeKind::Returned => "returned",
+            OutcomeKind::Thrown => "thrown",
+            OutcomeKind::Timeout => "timeout",
+            OutcomeKind::Memory => "memory",
+            OutcomeKind::Payload => "payload",
+            OutcomeKind::ResultTooLarge => "resultTooLarge",
+            OutcomeKind::Syntax => "syntax",
+            OutcomeKind::Invalid => "invalid",
+            OutcomeKind::Internal => "internal",
+        }
+    }
+}
+
+impl std::fmt::Display for OutcomeKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How a run ended, with the logs it wrote: `{"result": v, "logs": [...]}` or
-/// `{"error": text, "logs": [...]}`. An undefined result has no `result` key.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+/// `{"error": text, "kind": kind, "logs": [...]}`. An undefined result has no `result`
+/// key; a returned outcome has no `kind` (its kind is `returned`).
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Outcome {
-    /// The run threw or failed; `error` is the text.
+    /// The run threw or failed; `error` is the text and `kind` says which failure it is.
+    #[schemars(extend("not" = { "properties": { "kind": { "const": "returned" } } }))]
     Error {
         /// The thrown Error's message, `String(value)` of anything else, or a pinned text.
         error: String,
+        /// What ended the run; never `returned`.
+        kind: OutcomeKind,
         /// One string per console call.
         logs: Vec<String>,
     },
     /// The program returned.
+    #[schemars(extend("not" = { "anyOf": [{ "required": ["error"] }, { "required": ["kind"] }] }))]
     Result {
         /// The value in the codec's form; `None` is undefined.
-        #[serde(default, deserialize_with = "present", skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<Value>,
         /// One string per console call.
         logs: Vec<String>,
     },
 }
 
+/// An outcome's fields as they arrive, before the rules between them are checked.
+#[derive(Deserialize)]
+struct OutcomeFields {
+    #[serde(default, deserialize_with = "present")]
+    result: Option<Value>,
+    #[serde(default)]
+    error: Option<String>,
+    #[serde(default)]
+    kind: Option<OutcomeKind>,
+    logs: Vec<String>,
+}
+
 /// A present `result` is a value, even `null`; only an absent one is undefined.
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Value>, D::Error> {
     Value::deserialize(deserializer).map(Some)
+}
+
+impl<'de> Deserialize<'de> for Outcome {
+    /// An object with `error` is an error outcome and must carry its `kind` (not
+    /// `returned`) and no `result`; any other is a returned outcome and carries no `kind`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Outcome, D::Error> {
+        use serde::de::Error as _;
+        let fields = OutcomeFields::deserialize(deserializer)?;
+        match (fields.error, fields.kind, fields.result) {
+            (Some(_), _, Some(_)) => Err(D::Error::custom("an outcome has `result` or `error`, not both")),
+            (Some(_), None, None) => {
+                Err(D::Error::custom("an error outcome needs its `kind` (thrown, timeout, memory, ...)"))
+            }
+            (Some(_), Some(OutcomeKind::Returned), None) => {
+                Err(D::Error::custom("an error outcome cannot be of kind `returned`"))
+            }
+            (Some(error), Some(kind), None) => Ok(Outcome::Error { error, kind, logs: fields.logs }),
+            (None, Some(_), _) => Err(D::Error::custom(
+                "a returned outcome carries no `kind`; only an error outcome (with `error`) does",
+            )),
+            (None, None, result) => Ok(Outcome::Result { result, logs: fields.logs }),
+        }
+    }
 }
 
 impl Outcome {
@@ -97,9 +225,26 @@ impl Outcome {
         Outcome::Result { result: value, logs }
     }
 
-    /// The run failed with `text`.
+    /// The program threw (or its promise rejected) with `text`: kind [`OutcomeKind::Thrown`].
     pub fn error(text: impl Into<String>, logs: Vec<String>) -> Outcome {
-        Outcome::Error { error: text.into(), logs }
+        Outcome::failure(OutcomeKind::Thrown, text, logs)
+    }
+
+    /// The run failed as `kind` says, with `text` (usually a pinned text of [`crate::texts`]).
+    ///
+    /// `kind` is a failure; [`OutcomeKind::Returned`] here is a bug of the caller and is
+    /// recorded as [`OutcomeKind::Internal`].
+    pub fn failure(kind: OutcomeKind, text: impl Into<String>, logs: Vec<String>) -> Outcome {
+        let kind = if kind == OutcomeKind::Returned { OutcomeKind::Internal } else { kind };
+        Outcome::Error { error: text.into(), kind, logs }
+    }
+
+    /// How the run ended: [`OutcomeKind::Returned`] for a result, the error's kind otherwise.
+    pub fn kind(&self) -> OutcomeKind {
+        match self {
+            Outcome::Error { kind, .. } => *kind,
+            Outcome::Result { .. } => OutcomeKind::Returned,
+        }
     }
 
     /// The logs, one string per console call.
@@ -109,7 +254,8 @@ impl Outcome {
         }
     }
 
-    /// The error text, if the run failed.
+    /// The error text, if the run failed. Decide by [`Outcome::kind`], never by this text:
+    /// a program can throw any text, the pinned ones included.
     pub fn error_text(&self) -> Option<&str> {
         match self {
             Outcome::Error { error, .. } => Some(error),

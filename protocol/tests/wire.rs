@@ -1,7 +1,9 @@
 //! Wire types: exact JSON both ways.
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Binary, ExecuteRequest, Outcome, ProviderDescriptor, ToolCall, Value};
+use codemode_protocol::{
+    Binary, ExecuteRequest, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
+};
 use serde::{Deserialize, Serialize};
 
 fn test_serialization<T>(value: &T, json: &str)
@@ -32,6 +34,23 @@ fn execute_request() {
 }
 
 #[test]
+fn every_limit_crosses_the_wire() {
+    let mut request = ExecuteRequest::new("1");
+    request.timeout_ms = Some(1000);
+    request.memory_limit_bytes = Some(1 << 20);
+    request.max_payload_bytes = Some(64);
+    request.stack_limit_bytes = Some(256 << 10);
+    request.max_result_bytes = Some(4096);
+    request.max_log_bytes = Some(512);
+    request.max_calls_in_flight = Some(8);
+    test_serialization(
+        &request,
+        r#"{"code":"1","timeoutMs":1000,"memoryLimitBytes":1048576,"maxPayloadBytes":64,"stackLimitBytes":262144,"maxResultBytes":4096,"maxLogBytes":512,"maxCallsInFlight":8}"#,
+    );
+    test_serialization(&ExecuteRequest::new("1"), r#"{"code":"1"}"#);
+}
+
+#[test]
 fn outcomes() {
     test_serialization(&Outcome::result(Some("object".into()), vec![]), r#"{"result":"object","logs":[]}"#);
     test_serialization(&Outcome::result(Some(Value::Null), vec![]), r#"{"result":null,"logs":[]}"#);
@@ -42,8 +61,115 @@ fn outcomes() {
     );
     test_serialization(
         &Outcome::error("boom", vec!["[warn] careful".into()]),
-        r#"{"error":"boom","logs":["[warn] careful"]}"#,
+        r#"{"error":"boom","kind":"thrown","logs":["[warn] careful"]}"#,
     );
+    test_serialization(
+        &Outcome::failure(OutcomeKind::ResultTooLarge, "too big", vec![]),
+        r#"{"error":"too big","kind":"resultTooLarge","logs":[]}"#,
+    );
+}
+
+#[test]
+fn every_kind_has_its_wire_name() {
+    let names = [
+        "returned",
+        "thrown",
+        "timeout",
+        "memory",
+        "payload",
+        "resultTooLarge",
+        "syntax",
+        "invalid",
+        "internal",
+    ];
+    assert_eq!(OutcomeKind::ALL.len(), names.len());
+    for (&kind, name) in OutcomeKind::ALL.iter().zip(names) {
+        test_serialization(&kind, &format!("\"{name}\""));
+        assert_eq!(kind.as_str(), name);
+        assert_eq!(kind.to_string(), name);
+    }
+}
+
+#[test]
+fn an_outcome_knows_its_kind() {
+    assert_eq!(Outcome::result(None, vec![]).kind(), OutcomeKind::Returned);
+    assert_eq!(Outcome::error("boom", vec![]).kind(), OutcomeKind::Thrown);
+    for &kind in &OutcomeKind::ALL[1..] {
+        let outcome = Outcome::failure(kind, "text", vec!["log".into()]);
+        assert_eq!(
+            (outcome.kind(), outcome.error_text(), outcome.logs()),
+            (kind, Some("text"), &["log".to_owned()][..])
+        );
+    }
+    // Returned is no failure: asking for one is the caller's bug, recorded as internal.
+    assert_eq!(Outcome::failure(OutcomeKind::Returned, "x", vec![]).kind(), OutcomeKind::Internal);
+}
+
+#[test]
+fn a_program_throwing_the_timeout_text_is_not_a_timeout() {
+    let text = texts::TIMEOUT.fill(&["30000"]);
+    let thrown = Outcome::error(text.clone(), vec![]);
+    let timed_out = Outcome::failure(OutcomeKind::Timeout, text, vec![]);
+    assert_eq!(thrown.error_text(), timed_out.error_text());
+    assert_ne!(thrown, timed_out);
+    assert_eq!(
+        thrown.to_json_string(),
+        r#"{"error":"Execution timed out after 30000 ms.","kind":"thrown","logs":[]}"#
+    );
+    assert_eq!(
+        timed_out.to_json_string(),
+        r#"{"error":"Execution timed out after 30000 ms.","kind":"timeout","logs":[]}"#
+    );
+}
+
+#[test]
+fn an_outcome_that_breaks_the_rules_is_refused() {
+    let refusal = |json: &str| serde_json::from_str::<Outcome>(json).unwrap_err().to_string();
+    assert_eq!(
+        refusal(r#"{"error":"boom","logs":[]}"#),
+        "an error outcome needs its `kind` (thrown, timeout, memory, ...)"
+    );
+    assert_eq!(
+        refusal(r#"{"error":"boom","kind":"returned","logs":[]}"#),
+        "an error outcome cannot be of kind `returned`"
+    );
+    assert_eq!(
+        refusal(r#"{"error":"boom","kind":"thrown","result":1,"logs":[]}"#),
+        "an outcome has `result` or `error`, not both"
+    );
+    assert_eq!(
+        refusal(r#"{"result":1,"kind":"returned","logs":[]}"#),
+        "a returned outcome carries no `kind`; only an error outcome (with `error`) does"
+    );
+    assert_eq!(
+        refusal(r#"{"error":"boom","kind":"late","logs":[]}"#),
+        "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal` at line 1 column 29"
+    );
+    assert_eq!(refusal(r#"{"result":1}"#), "missing field `logs` at line 1 column 12");
+}
+
+/// A result nested 100,000 deep crosses the wire both ways on a 2 MiB stack.
+#[test]
+fn a_deep_result_crosses_the_wire() {
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(|| {
+            const DEPTH: usize = 100_000;
+            let line = format!(
+                r#"{{"type":"outcome","execution":1,"outcome":{{"result":{}1{},"logs":[]}}}}"#,
+                "[".repeat(DEPTH),
+                "]".repeat(DEPTH)
+            );
+            let message: ServerMessage = codemode_protocol::from_json_str(&line).unwrap();
+            assert_eq!(serde_json::to_string(&message).unwrap(), line);
+            let ServerMessage::Outcome { outcome, .. } = &message else { panic!("an outcome") };
+            assert_eq!(outcome.kind(), OutcomeKind::Returned);
+            let copy = message.clone();
+            assert_eq!(copy, message);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
 }
 
 #[test]
