@@ -122,7 +122,16 @@ pub enum Isolation {
     /// Each execution in a worker process from a pool, killed on overrun, so a deadline
     /// holds against anything a single native call does. Needs a Tokio runtime with the
     /// time driver (as `#[tokio::main]` gives); retention is not available there.
-    Process(crate::wire::process::WorkerCommand),
+    Process(WorkerCommand),
+}
+
+/// The command that starts one worker process speaking the wire protocol on stdio.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCommand {
+    /// The program, usually the `codemode` binary.
+    pub program: std::path::PathBuf,
+    /// Its arguments, usually `["stdio"]`.
+    pub args: Vec<String>,
 }
 
 /// How an [`crate::Executor`] runs its executions.

@@ -89,12 +89,12 @@ impl Executor {
     /// engine promptly.
     pub async fn execute(&self, request: Request) -> Outcome {
         if let Some(processes) = &self.inner.processes {
-            let timeout = match request.limits(&self.inner.config) {
-                Ok(limits) => limits.timeout,
+            let limits = match request.limits(&self.inner.config) {
+                Ok(limits) => limits,
                 Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
             };
             return match scope_source(&request.code, &request.providers) {
-                Ok(_) => processes.execute(request, timeout).await,
+                Ok(_) => processes.execute(request.with_limits(&limits), limits.timeout).await,
                 Err(refusal) => refusal_outcome(&refusal),
             };
         }
@@ -145,6 +145,7 @@ impl Executor {
         let watched_done = done.clone();
         self.inner.watchdog.at(
             deadline,
+            Some(done.clone()),
             Box::new(move || {
                 if !watched_done.load(Ordering::Acquire) {
                     watched.stop();
@@ -236,12 +237,12 @@ struct Retained {
 pub struct RetainedExecution {
     retained: Option<Retained>,
     /// A daemon's retained engine, held for its `Drop`, which releases it over the connection.
-    _remote: Option<crate::remote::ReleaseOnDrop>,
+    _remote: Option<Box<dyn Send + Sync>>,
 }
 
 impl RetainedExecution {
-    pub(crate) fn remote(release: crate::remote::ReleaseOnDrop) -> RetainedExecution {
-        RetainedExecution { retained: None, _remote: Some(release) }
+    pub(crate) fn remote(release: impl Send + Sync + 'static) -> RetainedExecution {
+        RetainedExecution { retained: None, _remote: Some(Box::new(release)) }
     }
 }
 

@@ -42,12 +42,11 @@ mod watchdog;
 pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{ExecutorConfig, Isolation, Limits};
+pub use config::{ExecutorConfig, Isolation, Limits, WorkerCommand};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;
 pub use request::Request;
-pub use wire::process::WorkerCommand;
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.
 #[cfg(doctest)]

@@ -14,22 +14,7 @@ use std::time::Duration;
 use crossbeam_channel::Sender;
 
 use crate::engine::Engine;
-use crate::runtime::{self, Job};
-
-/// Holds one execution in the pool's count of live engines until dropped.
-pub(crate) struct Live(Arc<Shared>);
-
-impl Live {
-    fn new(shared: Arc<Shared>) -> Live {
-        Live(shared)
-    }
-}
-
-impl Drop for Live {
-    fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use crate::runtime::{self, Job, Live};
 
 /// An idle thread beyond the kept ones leaves after this long without work.
 const IDLE_EXIT_AFTER: Duration = Duration::from_secs(10);
@@ -45,7 +30,7 @@ struct Shared {
     /// Threads kept even when idle.
     keep: usize,
     /// Executions holding an engine, or about to.
-    live: AtomicUsize,
+    live: Arc<AtomicUsize>,
     threads: AtomicUsize,
     spawned: AtomicUsize,
     spawn: fn(&Arc<Shared>, Option<Job>, usize),
@@ -63,7 +48,7 @@ impl Pool {
         let shared = Arc::new(Shared {
             idle: Mutex::new(Vec::new()),
             keep: keep.max(1),
-            live: AtomicUsize::new(0),
+            live: Arc::default(),
             threads: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
             spawn: spawn_thread::<E>,
@@ -76,8 +61,7 @@ impl Pool {
 
     /// Counts an execution as live until its engine is gone (see [`Live`]).
     pub(crate) fn live(&self) -> Live {
-        self.shared.live.fetch_add(1, Ordering::AcqRel);
-        Live::new(self.shared.clone())
+        Live::new(self.shared.live.clone())
     }
 
     /// Start `job` on an idle thread, or on a new one.

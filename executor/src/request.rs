@@ -169,6 +169,21 @@ impl Request {
         Ok(limits)
     }
 
+    /// This request with every limit written out, so a worker process or daemon runs it
+    /// with this executor's limits rather than its own defaults.
+    pub(crate) fn with_limits(mut self, limits: &Limits) -> Request {
+        self.timeout = Some(limits.timeout);
+        self.memory_limit_bytes = Some(limits.memory_limit_bytes);
+        self.max_payload_bytes = Some(limits.max_payload_bytes);
+        self.local = LocalOverrides {
+            stack_limit_bytes: Some(limits.stack_limit_bytes),
+            max_result_bytes: Some(limits.max_result_bytes),
+            max_log_bytes: Some(limits.max_log_bytes),
+            max_calls_in_flight: Some(limits.max_calls_in_flight),
+        };
+        self
+    }
+
     fn limits_over(&self, defaults: &Limits) -> Limits {
         Limits {
             timeout: self.timeout.unwrap_or(defaults.timeout),

@@ -7,6 +7,8 @@
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
@@ -16,10 +18,19 @@ type Action = Box<dyn FnOnce() + Send>;
 /// A handle to the watchdog thread; cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Watchdog {
-    watches: Sender<(Instant, Action)>,
+    watches: Sender<Watch>,
 }
 
-struct Due(Instant, u64, Action);
+/// An instant, an action, and a flag that cancels it once raised.
+type Watch = (Instant, Option<Arc<AtomicBool>>, Action);
+
+struct Due(Instant, u64, Option<Arc<AtomicBool>>, Action);
+
+impl Due {
+    fn cancelled(&self) -> bool {
+        self.2.as_ref().is_some_and(|flag| flag.load(Ordering::Acquire))
+    }
+}
 
 impl PartialEq for Due {
     fn eq(&self, other: &Due) -> bool {
@@ -49,18 +60,20 @@ impl Watchdog {
         Watchdog { watches }
     }
 
-    /// Run `action` at `at` (at once if it has passed).
-    pub(crate) fn at(&self, at: Instant, action: Action) {
-        let _ = self.watches.send((at, action));
+    /// Run `action` at `at` (at once if it has passed), unless `cancel` is raised by then.
+    pub(crate) fn at(&self, at: Instant, cancel: Option<Arc<AtomicBool>>, action: Action) {
+        let _ = self.watches.send((at, cancel, action));
     }
 }
 
-fn run(incoming: &Receiver<(Instant, Action)>) {
+fn run(incoming: &Receiver<Watch>) {
     let mut due: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
     let mut order = 0u64;
+    // Cancelled watches are dropped whenever the heap doubles, so it holds about the live ones.
+    let mut prune_at = 1024;
     loop {
         let received = match due.peek() {
-            Some(Reverse(Due(at, _, _))) => match incoming.recv_deadline(*at) {
+            Some(Reverse(Due(at, _, _, _))) => match incoming.recv_deadline(*at) {
                 Ok(watch) => Some(watch),
                 Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
                 Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
@@ -70,15 +83,21 @@ fn run(incoming: &Receiver<(Instant, Action)>) {
                 Err(_) => return,
             },
         };
-        if let Some((at, action)) = received {
+        if let Some((at, cancel, action)) = received {
             order += 1;
-            due.push(Reverse(Due(at, order, action)));
+            due.push(Reverse(Due(at, order, cancel, action)));
         }
         let now = Instant::now();
-        while due.peek().is_some_and(|Reverse(Due(at, _, _))| *at <= now) {
-            if let Some(Reverse(Due(_, _, action))) = due.pop() {
-                action();
+        while due.peek().is_some_and(|Reverse(Due(at, _, _, _))| *at <= now) {
+            if let Some(Reverse(watch)) = due.pop() {
+                if !watch.cancelled() {
+                    (watch.3)();
+                }
             }
+        }
+        if due.len() >= prune_at {
+            due.retain(|Reverse(watch)| !watch.cancelled());
+            prune_at = (due.len() * 2).max(1024);
         }
     }
 }

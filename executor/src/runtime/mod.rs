@@ -15,7 +15,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -27,7 +27,6 @@ use crate::budget::Budget;
 use crate::config::Limits;
 use crate::engine::{Arg, Engine, EngineSetup, HostValue, PromiseState, Stopper, Thrown};
 use crate::host::{CallAnswer, Host};
-use crate::pool::Live;
 use crate::watchdog::Watchdog;
 use calls::Calls;
 use timers::Timers;
@@ -55,6 +54,22 @@ pub(crate) struct Job {
     pub(crate) watchdog: Watchdog,
     /// Counts the execution as live until its engine is gone.
     pub(crate) live: Live,
+}
+
+/// Holds one execution in its pool's count of live engines until dropped.
+pub(crate) struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    pub(crate) fn new(count: Arc<AtomicUsize>) -> Live {
+        count.fetch_add(1, Ordering::AcqRel);
+        Live(count)
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// What the host side tells a running execution.
@@ -569,6 +584,7 @@ impl<E: Engine> Execution<E> {
                 let control = self.control.clone();
                 self.watchdog.at(
                     Instant::now() + LATE_CALLBACK_BUDGET,
+                    None,
                     Box::new(move || {
                         if control.late_callbacks.load(Ordering::Acquire) == token {
                             control.stop();

@@ -2,16 +2,21 @@
 //! pool (`codemode stdio`), spoken to over its stdin and stdout.
 //!
 //! The host's dispatch stays in this process; only the three strings of each call and
-//! its answer cross. A worker whose run ended in a timeout is killed (its engine may
-//! still be inside a native call) and replaced; so is one that has not answered by the
-//! deadline plus [`KILL_GRACE`]. A worker that ended normally serves the next execution.
+//! its answer cross. A worker whose run ended with kind `timeout` is killed (its engine
+//! may still be inside a native call) and replaced, as is one whose run ended `internal`;
+//! so is one that has not answered by the deadline plus [`KILL_GRACE`]. The decision reads
+//! the outcome's kind, never its text: a program can throw the timeout's text itself. A
+//! worker that ended otherwise serves the next execution.
+//!
+//! Failures of this layer: a worker process that cannot start, or that dies or breaks the
+//! protocol mid-run, ends the run `internal`; no answer by the deadline plus the grace
+//! ends it `timeout`.
 
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Outcome, texts};
+use codemode_protocol::{Outcome, OutcomeKind, texts};
 use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
@@ -22,14 +27,7 @@ use crate::request::Request;
 /// How long past the deadline a worker process may take to answer before it is killed.
 pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
 
-/// The command that starts one worker process speaking the wire protocol on stdio.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WorkerCommand {
-    /// The program, usually the `codemode` binary.
-    pub program: PathBuf,
-    /// Its arguments, usually `["stdio"]`.
-    pub args: Vec<String>,
-}
+pub(crate) use crate::config::WorkerCommand;
 
 struct Worker {
     child: Child,
@@ -87,15 +85,13 @@ impl ProcessPool {
             Some(worker) => worker,
             None => match self.spawn().await {
                 Ok(worker) => worker,
-                Err(problem) => return Outcome::error(problem, Vec::new()),
+                Err(problem) => return Outcome::failure(OutcomeKind::Internal, problem, Vec::new()),
             },
         };
         let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
         match tokio::time::timeout_at(deadline, run(&mut worker, &request)).await {
             Ok(Ok(outcome)) => {
-                let timed_out =
-                    outcome.error_text() == Some(&texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]));
-                if timed_out {
+                if matches!(outcome.kind(), OutcomeKind::Timeout | OutcomeKind::Internal) {
                     let _ = worker.child.start_kill();
                 } else {
                     self.put_idle(worker);
@@ -104,11 +100,12 @@ impl ProcessPool {
             }
             Ok(Err(problem)) => {
                 let _ = worker.child.start_kill();
-                Outcome::error(problem, Vec::new())
+                Outcome::failure(OutcomeKind::Internal, problem, Vec::new())
             }
             Err(_) => {
                 let _ = worker.child.start_kill();
-                Outcome::error(texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]), Vec::new())
+                let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
+                Outcome::failure(OutcomeKind::Timeout, text, Vec::new())
             }
         }
     }
