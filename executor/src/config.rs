@@ -113,6 +113,50 @@ impl Limits {
     }
 }
 
+/// The JavaScript engine executions run on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// QuickJS through rquickjs: light, fast to start, the default.
+    #[default]
+    QuickJs,
+    /// V8 through the `v8` crate (cargo feature `v8`): a JIT for compute-heavy programs.
+    #[cfg(feature = "v8")]
+    V8,
+}
+
+impl EngineKind {
+    /// The engines this build has, QuickJS first.
+    pub const BUILT_IN: &'static [EngineKind] = &[
+        EngineKind::QuickJs,
+        #[cfg(feature = "v8")]
+        EngineKind::V8,
+    ];
+
+    /// Its name on the command line and in texts: `quickjs`, `v8`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::QuickJs => "quickjs",
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => "v8",
+        }
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<EngineKind, String> {
+        EngineKind::BUILT_IN.iter().copied().find(|kind| kind.name() == name).ok_or_else(|| {
+            let known: Vec<&str> = EngineKind::BUILT_IN.iter().map(|kind| kind.name()).collect();
+            if name == "v8" {
+                format!("this build has no V8 engine: build with `--features v8`; built in: {}", known.join(", "))
+            } else {
+                format!("unknown engine \"{name}\"; built in: {}", known.join(", "))
+            }
+        })
+    }
+}
+
 /// Where executions run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Isolation {
@@ -147,6 +191,8 @@ pub struct ExecutorConfig {
     pub ceilings: Limits,
     /// In this process, or in worker processes.
     pub isolation: Isolation,
+    /// The engine every execution runs on.
+    pub engine: EngineKind,
 }
 
 impl Default for ExecutorConfig {
@@ -157,6 +203,7 @@ impl Default for ExecutorConfig {
             limits: Limits::default(),
             ceilings: Limits::default_ceilings(),
             isolation: Isolation::InProcess,
+            engine: EngineKind::default(),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use codemode_protocol::{Outcome, OutcomeKind, scope_source};
 use tokio::runtime::Handle;
 
-use crate::config::{ExecutorConfig, Isolation};
+use crate::config::{EngineKind, ExecutorConfig, Isolation};
 use crate::engine::quickjs::QuickJs;
 use crate::host::{Deliver, Host};
 use crate::pool::Pool;

@@ -42,7 +42,7 @@ mod watchdog;
 pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;

@@ -7,6 +7,8 @@
 //! over rquickjs; a second engine implements [`Engine`] the same way.
 
 pub(crate) mod quickjs;
+#[cfg(feature = "v8")]
+pub(crate) mod v8;
 
 use std::rc::Rc;
 use std::sync::Arc;
