@@ -136,7 +136,7 @@ impl Implementation for Subprocess {
                 tokio::select! {
                     line = lines.next_line() => {
                         let Some(line) = line.map_err(|e| e.to_string())? else { break };
-                        match serde_json::from_str::<ServerMessage>(&line) {
+                        match codemode_protocol::from_json_str::<ServerMessage>(&line) {
                             Ok(ServerMessage::Call { call, tool_call, .. }) => {
                                 let (host, answered) = (host.clone(), answered.clone());
                                 tokio::spawn(async move { let _ = answered.send((call, host.dispatch(tool_call).await)); });
@@ -147,7 +147,7 @@ impl Implementation for Subprocess {
                                 // A retained engine's late calls may still come: listen a little longer.
                                 let _ = tokio::time::timeout(std::time::Duration::from_millis(200), async {
                                     while let Ok(Some(line)) = lines.next_line().await {
-                                        if let Ok(ServerMessage::Call { tool_call, .. }) = serde_json::from_str::<ServerMessage>(&line) {
+                                        if let Ok(ServerMessage::Call { tool_call, .. }) = codemode_protocol::from_json_str::<ServerMessage>(&line) {
                                             host.dispatch(tool_call).await;
                                         }
                                     }

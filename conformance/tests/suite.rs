@@ -131,3 +131,21 @@ async fn the_built_in_executor_passes_every_transcript_behind_a_tcp_daemon_with_
     let failed = behind_a_daemon(config, Some("conformance")).await;
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+#[tokio::test]
+async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
+    let (_, mut transcript) =
+        suite().into_iter().find(|(p, _)| p.ends_with("outcome-thrown-timeout-text.json")).unwrap();
+    let implementation = InProcess::new();
+    assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
+    transcript.outcome = codemode_protocol::Outcome::failure(
+        codemode_protocol::OutcomeKind::Timeout,
+        "Execution timed out after 30000 ms.",
+        vec![],
+    );
+    let failure = run_case(&implementation, &transcript).await.unwrap_err();
+    assert_eq!(
+        failure.message,
+        "outcome differs\n  expected: {\"error\":\"Execution timed out after 30000 ms.\",\"kind\":\"timeout\",\"logs\":[]}\n  actual:   {\"error\":\"Execution timed out after 30000 ms.\",\"kind\":\"thrown\",\"logs\":[]}\n  first difference at character 56: expected \"imeout\\\",\\\"logs\\\":[]}\", got \"hrown\\\",\\\"logs\\\":[]}\""
+    );
+}

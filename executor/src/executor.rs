@@ -48,8 +48,12 @@ impl Default for Executor {
 impl Executor {
     /// An executor with `config`'s workers and default limits.
     pub fn new(config: ExecutorConfig) -> Executor {
-        let pool =
-            Pool::new::<QuickJs>(if config.isolation == Isolation::InProcess { config.workers } else { 1 });
+        let keep = if config.isolation == Isolation::InProcess { config.workers } else { 1 };
+        let pool = match config.engine {
+            EngineKind::QuickJs => Pool::new::<QuickJs>(keep),
+            #[cfg(feature = "v8")]
+            EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep),
+        };
         let processes = match &config.isolation {
             Isolation::InProcess => None,
             Isolation::Process(command) => Some(ProcessPool::new(command.clone(), config.workers)),

@@ -1,6 +1,10 @@
 //! `RemoteExecutor`: the host side of the daemon arrangement, with the same execute API
 //! as the in-process executor. The dispatch stays in this process; only the three
 //! strings of each call and its answer cross the connection.
+//!
+//! Outcomes arrive with the kind the daemon gave them. The two this side makes: a lost
+//! connection ends every pending execute `internal`, and a daemon silent past the run's
+//! timeout plus a grace ends it `timeout`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Dispatch, Outcome, texts};
+use codemode_protocol::{Dispatch, Outcome, OutcomeKind, texts};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::rustls;
@@ -48,7 +52,7 @@ impl Connection {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         for (_, pending) in self.pending().drain() {
-            let _ = pending.done.send(Outcome::error(texts::DAEMON_CONNECTION_LOST, Vec::new()));
+            let _ = pending.done.send(connection_lost());
         }
     }
 }
@@ -136,7 +140,7 @@ impl RemoteExecutor {
         let connection = &self.connection;
         let execution = connection.next_execution.fetch_add(1, Ordering::Relaxed);
         if connection.closed.load(Ordering::Acquire) {
-            return (Outcome::error(texts::DAEMON_CONNECTION_LOST, Vec::new()), execution);
+            return (connection_lost(), execution);
         }
         let mut wire = request.to_wire();
         wire.retain_handles = retain;
@@ -151,8 +155,9 @@ impl RemoteExecutor {
         let patience = request.timeout.unwrap_or(DEFAULT_TIMEOUT) + ANSWER_GRACE;
         let outcome = match tokio::time::timeout(patience, outcome).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Outcome::error(texts::DAEMON_CONNECTION_LOST, Vec::new()),
-            Err(_) => Outcome::error(
+            Ok(Err(_)) => connection_lost(),
+            Err(_) => Outcome::failure(
+                OutcomeKind::Timeout,
                 texts::TIMEOUT.fill(&[&request.timeout.unwrap_or(DEFAULT_TIMEOUT).as_millis().to_string()]),
                 Vec::new(),
             ),
@@ -160,6 +165,11 @@ impl RemoteExecutor {
         drop(guard);
         (outcome, execution)
     }
+}
+
+/// The outcome of an execute whose connection to the daemon is gone.
+fn connection_lost() -> Outcome {
+    Outcome::failure(OutcomeKind::Internal, texts::DAEMON_CONNECTION_LOST, Vec::new())
 }
 
 /// Releases a daemon's retained engine when dropped.

@@ -11,7 +11,8 @@ use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use serde_json::json;
 use support::json;
 
-const MEMORY_TEXT: &str = r#"{"error":"Execution ran out of memory: the limit is 67108864 bytes.","kind":"memory","logs":[]}"#;
+const MEMORY_TEXT: &str =
+    r#"{"error":"Execution ran out of memory: the limit is 67108864 bytes.","kind":"memory","logs":[]}"#;
 
 fn resident_bytes() -> usize {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -78,19 +79,28 @@ async fn logs_and_error_texts_are_bounded() {
     let executor = executor();
     let outcome = executor
         .execute(
-            Request::new("async () => { for (;;) console.log() }").timeout(Duration::from_millis(500)).max_log_bytes(10_000),
+            Request::new("async () => { for (;;) console.log() }")
+                .timeout(Duration::from_millis(500))
+                .max_log_bytes(10_000),
         )
         .await;
     assert_eq!(outcome.kind(), OutcomeKind::Timeout);
     // Each line costs its bytes and one: ten thousand empty lines at most, then the marker.
     assert_eq!(outcome.logs().len(), 10_000 + 1);
-    assert_eq!(outcome.logs().last().unwrap(), "[codemode] Log limit of 10000 bytes reached; later logs are dropped.");
+    assert_eq!(
+        outcome.logs().last().unwrap(),
+        "[codemode] Log limit of 10000 bytes reached; later logs are dropped."
+    );
 
-    let outcome = executor.execute(Request::new("async () => { throw 'y'.repeat(6e7) }").max_result_bytes(1000)).await;
+    let outcome =
+        executor.execute(Request::new("async () => { throw 'y'.repeat(6e7) }").max_result_bytes(1000)).await;
     assert_eq!(outcome.kind(), OutcomeKind::Thrown);
     assert_eq!(
         outcome.error_text().unwrap(),
-        format!("{} … [the error text was 60000000 bytes; the outcome keeps the first 1000]", "y".repeat(1000))
+        format!(
+            "{} … [the error text was 60000000 bytes; the outcome keeps the first 1000]",
+            "y".repeat(1000)
+        )
     );
 }
 
@@ -99,15 +109,22 @@ async fn limits_out_of_range_are_refused_with_the_minimum_or_ceiling() {
     let executor = executor();
     for (bytes, text) in [
         (0, "The memoryLimitBytes of 0 is below the minimum of 1048576; ask for at least 1048576."),
-        (150_000, "The memoryLimitBytes of 150000 is below the minimum of 1048576; ask for at least 1048576."),
-        (8 << 30, "The memoryLimitBytes of 8589934592 is above this executor's ceiling of 4294967296; ask for at most 4294967296."),
+        (
+            150_000,
+            "The memoryLimitBytes of 150000 is below the minimum of 1048576; ask for at least 1048576.",
+        ),
+        (
+            8 << 30,
+            "The memoryLimitBytes of 8589934592 is above this executor's ceiling of 4294967296; ask for at most 4294967296.",
+        ),
     ] {
         let outcome = executor.execute(Request::new("async () => 'ok'").memory_limit_bytes(bytes)).await;
         assert_eq!(json(&outcome), json!({ "error": text, "kind": "invalid", "logs": [] }).to_string());
     }
     let mut config = ExecutorConfig { workers: 1, ..ExecutorConfig::default() };
     config.ceilings.timeout = Duration::from_secs(60);
-    let outcome = Executor::new(config).execute(Request::new("async () => 1").timeout(Duration::from_secs(61))).await;
+    let outcome =
+        Executor::new(config).execute(Request::new("async () => 1").timeout(Duration::from_secs(61))).await;
     assert_eq!(
         outcome.error_text(),
         Some("The timeoutMs of 61000 is above this executor's ceiling of 60000; ask for at most 60000.")

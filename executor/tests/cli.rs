@@ -123,11 +123,11 @@ fn a_fixture_answers_provider_tool_keys() {
 #[test]
 fn exit_codes_say_result_error_or_usage() {
     let (code, stdout, _) = codemode("async () => { throw new Error('failed') }", &[]);
-    assert_eq!((code, stdout.as_str()), (1, "{\"error\":\"failed\",\"logs\":[]}\n"));
+    assert_eq!((code, stdout.as_str()), (1, "{\"error\":\"failed\",\"kind\":\"thrown\",\"logs\":[]}\n"));
     let (code, stdout, _) = codemode("async () => { while (true) {} }", &["--timeout-ms", "100"]);
     assert_eq!(
         (code, stdout.as_str()),
-        (1, "{\"error\":\"Execution timed out after 100 ms.\",\"logs\":[]}\n")
+        (1, "{\"error\":\"Execution timed out after 100 ms.\",\"kind\":\"timeout\",\"logs\":[]}\n")
     );
     let (code, _, stderr) = codemode("async () => 1", &["--timeout-ms", "soon"]);
     assert_eq!(code, 2);

@@ -235,6 +235,53 @@ async fn malformed_and_oversized_frames_close_only_their_connection() {
     );
 }
 
+/// The kinds this layer gives: an execute beyond the bound is `invalid`, a cancelled one
+/// `internal`; the executor's kinds pass through (a thrown timeout text stays `thrown`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outcomes_cross_with_their_kind() {
+    let path = temp("sock");
+    start(DaemonConfig { max_executions: 1, ..config(Address::Unix(path.clone())) }, Executor::default())
+        .await;
+    let mut raw = Raw::connect(&path).await;
+    raw.send(HELLO).await;
+    raw.next().await;
+    raw.send(r#"{"type":"execute","execution":1,"request":{"code":"async () => { await new Promise(() => {}) }"}}"#)
+        .await;
+    raw.send(r#"{"type":"execute","execution":2,"request":{"code":"async () => 1"}}"#).await;
+    assert_eq!(
+        raw.next().await.unwrap(),
+        r#"{"type":"outcome","execution":2,"outcome":{"error":"The daemon is running its maximum of 1 executions on this connection. Wait for one to end, or open another connection.","kind":"invalid","logs":[]}}"#
+    );
+    raw.send(r#"{"type":"cancel","execution":1}"#).await;
+    assert_eq!(
+        raw.next().await.unwrap(),
+        r#"{"type":"outcome","execution":1,"outcome":{"error":"Execution was cancelled by the host.","kind":"internal","logs":[]}}"#
+    );
+    raw.send(r#"{"type":"execute","execution":3,"request":{"code":"async () => { throw 'Execution timed out after 30000 ms.' }"}}"#)
+        .await;
+    assert_eq!(
+        raw.next().await.unwrap(),
+        r#"{"type":"outcome","execution":3,"outcome":{"error":"Execution timed out after 30000 ms.","kind":"thrown","logs":[]}}"#
+    );
+    raw.send(r#"{"type":"execute","execution":4,"request":{"code":"async () => { await new Promise(() => {}) }","timeoutMs":100}}"#)
+        .await;
+    assert_eq!(
+        raw.next().await.unwrap(),
+        r#"{"type":"outcome","execution":4,"outcome":{"error":"Execution timed out after 100 ms.","kind":"timeout","logs":[]}}"#
+    );
+}
+
+/// A result nested far past serde_json's recursion limit crosses the daemon both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deep_result_crosses_the_daemon() {
+    let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let code = "async () => { let v = 1; for (let i = 0; i < 1000; i++) v = [v]; return v }";
+    let outcome = remote.execute(Request::new(code)).await;
+    let deep = format!("{}1{}", "[".repeat(1000), "]".repeat(1000));
+    assert_eq!(json(&outcome), format!(r#"{{"result":{deep},"logs":[]}}"#));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error() {
     let path = temp("sock");
@@ -261,6 +308,7 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
     let killed = Instant::now();
     for run in pending {
         let outcome = run.await.unwrap();
+        assert_eq!(outcome.kind(), codemode_protocol::OutcomeKind::Internal);
         assert_eq!(
             outcome.error_text(),
             Some(
@@ -271,6 +319,7 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
     assert!(killed.elapsed() < Duration::from_secs(1), "took {:?}", killed.elapsed());
     let after = remote.execute(Request::new("async () => 1")).await;
     assert_eq!(after.error_text(), Some(codemode_protocol::texts::DAEMON_CONNECTION_LOST));
+    assert_eq!(after.kind(), codemode_protocol::OutcomeKind::Internal);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,13 +5,16 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use codemode_protocol::OutcomeKind;
 use codemode_executor::Request;
+use codemode_protocol::OutcomeKind;
 use support::{json, run};
 
 #[tokio::test]
 async fn lone_surrogates_become_replacement_characters() {
-    assert_eq!(json(&run(Request::new(r"async () => 'a\uD800b'")).await), "{\"result\":\"a\u{FFFD}b\",\"logs\":[]}");
+    assert_eq!(
+        json(&run(Request::new(r"async () => 'a\uD800b'")).await),
+        "{\"result\":\"a\u{FFFD}b\",\"logs\":[]}"
+    );
     assert_eq!(
         json(&run(Request::new(r"async () => { console.log('abc\uD800def', 'ok') }")).await),
         "{\"logs\":[\"abc\u{FFFD}def ok\"]}"
@@ -28,10 +31,9 @@ async fn lone_surrogates_become_replacement_characters() {
 
 #[tokio::test]
 async fn deep_values_come_back_as_values() {
-    let outcome = run(Request::new(
-        "async () => { let v = []; for (let i = 0; i < 200; i++) v = [v]; return v }",
-    ))
-    .await;
+    let outcome =
+        run(Request::new("async () => { let v = []; for (let i = 0; i < 200; i++) v = [v]; return v }"))
+            .await;
     let expected = format!("{{\"result\":{}{},\"logs\":[]}}", "[".repeat(201), "]".repeat(201));
     assert_eq!(json(&outcome), expected);
     let outcome = run(Request::new(
@@ -60,9 +62,10 @@ async fn a_program_cannot_pass_for_a_timeout() {
     assert_eq!(json(&forged), r#"{"error":"Execution timed out after 30000 ms.","kind":"thrown","logs":[]}"#);
     let real = run(Request::new("async () => { for (;;) {} }").timeout(Duration::from_millis(200))).await;
     assert_eq!(json(&real), r#"{"error":"Execution timed out after 200 ms.","kind":"timeout","logs":[]}"#);
-    let forged_memory =
-        run(Request::new("async () => { throw new Error('Execution ran out of memory: the limit is 1 bytes.') }"))
-            .await;
+    let forged_memory = run(Request::new(
+        "async () => { throw new Error('Execution ran out of memory: the limit is 1 bytes.') }",
+    ))
+    .await;
     assert_eq!(forged_memory.kind(), OutcomeKind::Thrown);
 }
 

@@ -4,8 +4,11 @@ mod support;
 use std::time::{Duration, Instant};
 
 use codemode_executor::{Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
-use codemode_protocol::{ProviderDescriptor, ToolCall};
+use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use support::{Recorder, json, triple};
+
+/// The tests here run one at a time, so the worker processes one test sees are its own.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn isolated() -> Executor {
     let command =
@@ -15,6 +18,7 @@ fn isolated() -> Executor {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_cross_the_process_boundary_and_the_dispatch_stays_here() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let executor = isolated();
     let recorder = Recorder::default();
     let outcome = executor
@@ -32,10 +36,12 @@ async fn calls_cross_the_process_boundary_and_the_dispatch_stays_here() {
         .execute(Request::new("async () => 1").provider(ProviderDescriptor::new("class", ["x"])))
         .await;
     assert!(refusal.error_text().is_some_and(|t| t.starts_with("Provider name \"class\" is on the list")));
+    assert_eq!(refusal.kind(), OutcomeKind::Invalid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_overrun_kills_the_worker_and_the_next_execution_gets_a_fresh_one() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let executor = isolated();
     let started = Instant::now();
     let outcome = executor
@@ -44,7 +50,10 @@ async fn an_overrun_kills_the_worker_and_the_next_execution_gets_a_fresh_one() {
                 .timeout(Duration::from_millis(500)),
         )
         .await;
-    assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 500 ms.","logs":["busy"]}"#);
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"Execution timed out after 500 ms.","kind":"timeout","logs":["busy"]}"#
+    );
     assert!(started.elapsed() < Duration::from_millis(500 + 400), "took {:?}", started.elapsed());
     let next = executor
         .execute(
@@ -56,14 +65,64 @@ async fn an_overrun_kills_the_worker_and_the_next_execution_gets_a_fresh_one() {
     assert_eq!(json(&next), r#"{"result":"fresh","logs":[]}"#);
 }
 
+/// The worker processes this test process has started, by pid (Linux: each thread's children).
+fn worker_pids() -> std::collections::BTreeSet<String> {
+    let mut pids = std::collections::BTreeSet::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap() {
+        let children = std::fs::read_to_string(task.unwrap().path().join("children")).unwrap_or_default();
+        pids.extend(children.split_whitespace().map(str::to_owned));
+    }
+    pids.retain(|pid| {
+        let command = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        command.split(|&b| b == 0).nth(1) == Some(&b"stdio"[..])
+    });
+    pids
+}
+
+/// The worker is killed by the outcome's kind, never its text: a program that throws the
+/// timeout's text ends `thrown` and its worker serves the next execution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thrown_timeout_text_keeps_its_worker() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let executor = isolated();
+    let first = executor.execute(Request::new("async () => 'first'")).await;
+    assert_eq!(json(&first), r#"{"result":"first","logs":[]}"#);
+    let before = worker_pids();
+    assert!(!before.is_empty());
+    let outcome = executor
+        .execute(
+            Request::new("async () => { throw 'Execution timed out after 500 ms.' }")
+                .timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 500 ms.","kind":"thrown","logs":[]}"#);
+    assert_eq!(outcome.kind(), OutcomeKind::Thrown);
+    let next = executor.execute(Request::new("async () => 'same worker'")).await;
+    assert_eq!(json(&next), r#"{"result":"same worker","logs":[]}"#);
+    let kept = worker_pids();
+    assert!(kept.is_subset(&before), "the worker was replaced: {before:?} then {kept:?}");
+
+    // A real timeout does replace it.
+    let timed_out =
+        executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_millis(200))).await;
+    assert_eq!(timed_out.kind(), OutcomeKind::Timeout);
+    let after = executor.execute(Request::new("async () => 'fresh worker'")).await;
+    assert_eq!(json(&after), r#"{"result":"fresh worker","logs":[]}"#);
+    let replaced = worker_pids();
+    assert!(!replaced.is_subset(&before), "no fresh worker: {before:?} then {replaced:?}");
+}
+
 #[tokio::test]
 async fn retention_is_refused_with_a_clear_text() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let (outcome, _) = isolated().execute_retained(Request::new("async () => 1")).await;
     assert_eq!(outcome.error_text(), Some(codemode_executor::RETAIN_NEEDS_IN_PROCESS));
+    assert_eq!(outcome.kind(), OutcomeKind::Invalid);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_from_a_worker_process_reaches_the_hosts_outbound_handler() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let outcome = isolated()
         .execute(Request::new("async () => (await fetch('https://api.example.com/')).status").outbound(
             |_: codemode_executor::OutboundRequest| async {

@@ -28,7 +28,9 @@ async fn twenty_waiting_executions_return_beside_two_spinning_ones() {
         .map(|_| {
             let executor = executor.clone();
             tokio::spawn(async move {
-                executor.execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(6))).await
+                executor
+                    .execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(6)))
+                    .await
             })
         })
         .collect();
@@ -71,7 +73,10 @@ async fn eight_reverse_runs_leave_the_executor_whole() {
     let code = "async () => Array.prototype.reverse.call({ length: 2 ** 53 - 1 })";
     for _ in 0..8 {
         let outcome = executor.execute(Request::new(code).timeout(Duration::from_millis(300))).await;
-        assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":[]}"#);
+        assert_eq!(
+            json(&outcome),
+            r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":[]}"#
+        );
     }
     let started = Instant::now();
     let outcome = executor.execute(Request::new("async () => 1")).await;
@@ -92,7 +97,9 @@ async fn a_spinning_program_does_not_delay_a_timer_elsewhere() {
     let spinner = {
         let executor = executor.clone();
         tokio::spawn(async move {
-            executor.execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(3))).await
+            executor
+                .execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_secs(3)))
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(50)).await;

@@ -68,7 +68,12 @@ pub(crate) async fn read_frame<R: AsyncBufRead + Unpin, M: DeserializeOwned>(
         Ok(_) if line.len() > max_bytes && line.last() != Some(&b'\n') => {
             Err(FrameError::TooLarge(max_bytes))
         }
-        Ok(_) => serde_json::from_slice(&line).map(Some).map_err(|e| FrameError::Malformed(e.to_string())),
+        Ok(_) => {
+            // Any depth (a result may nest far past serde_json's limit of 128), and a lone
+            // surrogate a JavaScript peer escaped reads as U+FFFD, as the codec reads it.
+            let text = std::str::from_utf8(&line).map_err(|e| FrameError::Malformed(e.to_string()))?;
+            codemode_protocol::from_json_str(text).map(Some).map_err(|e| FrameError::Malformed(e.to_string()))
+        }
         Err(e) => Err(FrameError::Broken(e)),
     }
 }

@@ -3,6 +3,10 @@
 //! One connection carries many executions, multiplexed by the client's execution ids.
 //! Each call a program makes goes out as a `call` message and waits for the matching
 //! `answer`; an answer for an execution or call that does not exist has no effect.
+//!
+//! Outcomes pass through with the kind the executor gave them. The two this layer makes:
+//! an execute beyond [`ServeOptions::max_executions`] ends `invalid` (refused before it
+//! ran), and an execution the client cancels ends `internal` (not the program's doing).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +17,7 @@ use codemode_protocol::wire::{
     ClientMessage, FetchAnswer, Hello, PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind,
     ServerMessage,
 };
-use codemode_protocol::{Dispatch, Outcome, ToolCall, error_envelope};
+use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope};
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -36,7 +40,8 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The largest frame read; a longer one closes the connection with an error frame.
     pub max_frame_bytes: usize,
-    /// Executions live at once on one connection; an execute beyond it gets an error outcome.
+    /// Executions live at once on one connection; an execute beyond it gets an error
+    /// outcome of kind `invalid`.
     pub max_executions: usize,
     /// Told when an execution starts and ends.
     pub on_event: Option<Arc<dyn Fn(ServeEvent) + Send + Sync>>,
@@ -67,7 +72,8 @@ pub enum ServeEvent {
         execution: u64,
         /// From execute to outcome.
         duration: std::time::Duration,
-        /// `result`, `error`, or `cancelled`.
+        /// The outcome's kind as the wire writes it (`returned`, `thrown`, `timeout`, ...),
+        /// or `cancelled` for an execution the client cancelled.
         outcome: &'static str,
     },
 }
@@ -176,7 +182,7 @@ where
                     let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
                     let _ = out.send(ServerMessage::Outcome {
                         execution,
-                        outcome: Outcome::error(text, Vec::new()),
+                        outcome: Outcome::failure(OutcomeKind::Invalid, text, Vec::new()),
                     });
                     continue;
                 }
@@ -213,7 +219,7 @@ where
                     lock(&running_map).remove(&execution);
                     lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
                     if let Some(tell) = &on_event {
-                        let kind = if outcome.error_text().is_some() { "error" } else { "result" };
+                        let kind = outcome.kind().as_str();
                         tell(ServeEvent::Ended { execution, duration: started.elapsed(), outcome: kind });
                     }
                     let _ = out.send(ServerMessage::Outcome { execution, outcome });
@@ -240,7 +246,7 @@ where
                             outcome: "cancelled",
                         });
                     }
-                    let outcome = Outcome::error(texts::CANCELLED, Vec::new());
+                    let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
                     let _ = out.send(ServerMessage::Outcome { execution, outcome });
                 }
                 lock(&retained).remove(&execution);

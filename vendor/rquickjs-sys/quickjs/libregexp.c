@@ -2431,6 +2431,9 @@ static int re_parse_alternative(REParseState *s, bool is_backward_dir)
             break;
         if (*p == '|' || *p == ')')
             break;
+        /* codemode-rs: a backward term moves the terms before it */
+        if (lre_poll_interrupts(s->opaque, is_backward_dir ? s->byte_code.size - start : 0))
+            return re_parse_error(s, "interrupted");
         term_start = s->byte_code.size;
         ret = re_parse_term(s, is_backward_dir);
         if (ret)
@@ -2466,6 +2469,11 @@ static int re_parse_disjunction(REParseState *s, bool is_backward_dir)
         s->buf_ptr++;
 
         len = s->byte_code.size - start;
+
+        /* codemode-rs: inserting the split moves the alternatives before it,
+           so a pattern of n alternatives compiles in O(n^2) */
+        if (lre_poll_interrupts(s->opaque, len))
+            return re_parse_error(s, "interrupted");
 
         /* insert a split before the first alternative */
         if (dbuf_insert(&s->byte_code, start, 5)) {

@@ -69,6 +69,10 @@ int lre_parse_escape(const uint8_t **pp, int allow_utf16);
 bool lre_check_stack_overflow(void *opaque, size_t alloca_size);
 /* must be provided by the user, return non zero if time out */
 int lre_check_timeout(void *opaque);
+/* codemode-rs: must be provided by the user; `work` bytes of compiling are
+   about to be done; return non zero if interrupted (a JS exception is then
+   pending) */
+int lre_poll_interrupts(void *opaque, size_t work);
 void *lre_realloc(void *opaque, void *ptr, size_t size);
 
 /* JS identifier test */

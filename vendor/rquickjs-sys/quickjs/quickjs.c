@@ -554,6 +554,9 @@ enum {
 /* must be large enough to have a negligible runtime cost and small
    enough to call the interrupt callback often. */
 #define JS_INTERRUPT_COUNTER_INIT 100 /* codemode-rs: was 10000; see vendor/rquickjs-sys/PATCHES.md */
+/* codemode-rs: see js_poll_interrupts_bulk() */
+#define JS_INTERRUPT_BULK_UNIT 4096
+static inline __exception int js_poll_interrupts_bulk(JSContext *ctx, int64_t n);
 
 struct JSContext {
     JSGCObjectHeader header; /* must come first */
@@ -4377,6 +4380,12 @@ static int string_buffer_init2(JSContext *ctx, StringBuffer *s, int size,
     s->len = 0;
     s->is_wide_char = is_wide;
     s->error_status = 0;
+    /* codemode-rs: a large buffer is about to be filled */
+    if (size >= JS_INTERRUPT_BULK_UNIT && js_poll_interrupts_bulk(ctx, size)) {
+        s->str = NULL;
+        s->size = 0;
+        return s->error_status = -1;
+    }
     s->str = js_alloc_string(ctx, size, is_wide);
     if (unlikely(!s->str)) {
         s->size = 0;
@@ -4443,6 +4452,10 @@ static no_inline int string_buffer_realloc(StringBuffer *s, int new_len, int c)
         return string_buffer_set_error(s);
     }
     new_size = min_int(max_int(new_len, s->size * 3 / 2), JS_STRING_LEN_MAX);
+    /* codemode-rs: the buffer grows geometrically, so this charges the
+       characters written about as they are written */
+    if (js_poll_interrupts_bulk(s->ctx, new_size))
+        return string_buffer_set_error(s);
     if (!s->is_wide_char && c >= 0x100) {
         return string_buffer_widen(s, new_size);
     }
@@ -8667,6 +8680,22 @@ static inline __exception int js_poll_interrupts(JSContext *ctx)
     }
 }
 
+/* codemode-rs: a builtin about to do `n` bytes of work in one go (a memmove, a
+   scan, a fill) counts it as 1 + n / JS_INTERRUPT_BULK_UNIT ticks, so a loop of
+   such calls asks the interrupt handler as often as plain JS would. See
+   vendor/rquickjs-sys/PATCHES.md. */
+static inline __exception int js_poll_interrupts_bulk(JSContext *ctx, int64_t n)
+{
+    if (unlikely(n >= JS_INTERRUPT_BULK_UNIT)) {
+        int64_t ticks = n / JS_INTERRUPT_BULK_UNIT;
+        if (ticks >= ctx->interrupt_counter)
+            ctx->interrupt_counter = 1;
+        else
+            ctx->interrupt_counter -= (int)ticks;
+    }
+    return js_poll_interrupts(ctx);
+}
+
 /* return -1 (exception) or true/false */
 static int JS_SetPrototypeInternal(JSContext *ctx, JSValueConst obj,
                                    JSValueConst proto_val, bool throw_flag)
@@ -9522,6 +9551,12 @@ static int __exception JS_GetOwnPropertyNamesInternal(JSContext *ctx,
     /* clear pointer for consistency in case of failure */
     *ptab = NULL;
     *plen = 0;
+
+    /* codemode-rs: Object.keys, Object.assign, for-in and their kin walk every
+       property; about 64 bytes of work each */
+    if (js_poll_interrupts_bulk(ctx, ((int64_t)p->shape->prop_count +
+                                      (p->fast_array ? p->u.array.count : 0)) * 64))
+        return -1;
 
     /* compute the number of returned properties */
     num_keys_count = 0;
@@ -12892,6 +12927,9 @@ static JSBigInt *js_bigint_mul(JSContext *ctx, const JSBigInt *a,
 {
     JSBigInt *r;
 
+    /* codemode-rs: a->len * b->len limb products */
+    if (js_poll_interrupts_bulk(ctx, (int64_t)a->len * b->len))
+        return NULL;
     r = js_bigint_new(ctx, a->len + b->len);
     if (!r)
         return NULL;
@@ -12918,6 +12956,9 @@ static JSBigInt *js_bigint_divrem(JSContext *ctx, const JSBigInt *a,
         JS_ThrowRangeError(ctx, "BigInt division by zero");
         return NULL;
     }
+    /* codemode-rs: up to a->len * b->len limb products */
+    if (js_poll_interrupts_bulk(ctx, (int64_t)a->len * b->len))
+        return NULL;
 
     a_sign = js_bigint_sign(a);
     b_sign = js_bigint_sign(b);
@@ -13682,6 +13723,12 @@ static JSValue js_bigint_to_string1(JSContext *ctx, JSValueConst val, int radix)
                 /* remove leading zero limbs */
                 while (len > 1 && r->tab[len - 1] == 0)
                     len--;
+                /* codemode-rs: quadratic in the number of limbs */
+                if (js_poll_interrupts_bulk(ctx, len * (int64_t)sizeof(js_limb_t))) {
+                    js_free(ctx, buf);
+                    js_free(ctx, tmp);
+                    return JS_EXCEPTION;
+                }
                 if (len == 1 && r->tab[0] < radix_base) {
                     v = r->tab[0];
                     if (v != 0) {
@@ -16999,6 +17046,10 @@ static JSValue JS_IteratorNext2(JSContext *ctx, JSValueConst enum_obj,
                 args[0] = JS_UNDEFINED;
                 argv = args;
             }
+            /* codemode-rs: C loops over built-in iterators (Array.from,
+               spread, new Map(...)) reach no other interrupt check */
+            if (js_poll_interrupts(ctx))
+                goto fail;
             func = p->u.cfunc.c_function;
             return func.iterator_next(ctx, enum_obj, argc, argv,
                                       pdone, p->u.cfunc.magic);
@@ -17357,6 +17408,8 @@ static __exception int js_append_enumerate(JSContext *ctx, JSValue *sp)
             goto general_case;
         /* Handle fast arrays explicitly */
         for (i = 0; i < count32; i++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (JS_DefinePropertyValueUint32(ctx, sp[-3], pos++,
                                              js_dup(arrp[i]), JS_PROP_C_W_E) < 0)
                 goto exception;
@@ -42999,6 +43052,9 @@ static int JS_CopySubArray(JSContext *ctx,
                prototype chain, we can optimize only the cases where
                all the elements are present in the array. */
             l = count - i;
+            /* codemode-rs: at most l elements are copied */
+            if (js_poll_interrupts_bulk(ctx, l * (int64_t)sizeof(JSValue)))
+                goto exception;
             if (dir < 0) {
                 l = min_int64(l, from + 1);
                 l = min_int64(l, to + 1);
@@ -43016,6 +43072,8 @@ static int JS_CopySubArray(JSContext *ctx,
             }
             i += l;
         } else {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             fromPresent = JS_TryGetPropertyInt64(ctx, obj, from, &val);
             if (fromPresent < 0)
                 goto exception;
@@ -43142,6 +43200,8 @@ static JSValue js_array_from(JSContext *ctx, JSValueConst this_val,
         if (JS_IsException(r))
             goto exception;
         for(k = 0; k < len; k++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             v = JS_GetPropertyInt64(ctx, arrayLike, k);
             if (JS_IsException(v))
                 goto exception;
@@ -43348,17 +43408,24 @@ static JSValue js_array_with(JSContext *ctx, JSValueConst this_val,
     i = 0;
     pval = p->u.array.u.values;
     if (js_get_fast_array(ctx, obj, &arrp, &count32) && count32 == len) {
+        if (js_poll_interrupts_bulk(ctx, len * (int64_t)sizeof(JSValue))) /* codemode-rs */
+            goto exception;
         for (; i < idx; i++, pval++)
             *pval = js_dup(arrp[i]);
         *pval = js_dup(argv[1]);
         for (i++, pval++; i < len; i++, pval++)
             *pval = js_dup(arrp[i]);
     } else {
-        for (; i < idx; i++, pval++)
+        for (; i < idx; i++, pval++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                 goto exception;
+        }
         *pval = js_dup(argv[1]);
         for (i++, pval++; i < len; i++, pval++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                 goto exception;
         }
@@ -43407,6 +43474,8 @@ static JSValue js_array_concat(JSContext *ctx, JSValueConst this_val,
                 goto exception;
             }
             for (k = 0; k < len; k++, n++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 res = JS_TryGetPropertyInt64(ctx, e, k, &val);
                 if (res < 0)
                     goto exception;
@@ -43760,6 +43829,8 @@ static JSValue js_array_fill(JSContext *ctx, JSValueConst this_val,
 
     /* XXX: should special case fast arrays */
     while (start < end) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         if (JS_SetPropertyInt64(ctx, obj, start, js_dup(argv[0])) < 0)
             goto exception;
         start++;
@@ -43792,6 +43863,9 @@ static JSValue js_array_includes(JSContext *ctx, JSValueConst this_val,
                 goto exception;
         }
         if (js_get_fast_array(ctx, obj, &arrp, &count)) {
+            /* codemode-rs: at most count - n elements are compared */
+            if (js_poll_interrupts_bulk(ctx, (count - n) * (int64_t)sizeof(JSValue)))
+                goto exception;
             for (; n < count; n++) {
                 if (js_strict_eq2(ctx, argv[0], arrp[n],
                                   JS_EQ_SAME_VALUE_ZERO)) {
@@ -43841,6 +43915,9 @@ static JSValue js_array_indexOf(JSContext *ctx, JSValueConst this_val,
                 goto exception;
         }
         if (js_get_fast_array(ctx, obj, &arrp, &count)) {
+            /* codemode-rs: at most count - n elements are compared */
+            if (js_poll_interrupts_bulk(ctx, (count - n) * (int64_t)sizeof(JSValue)))
+                goto exception;
             for (; n < count; n++) {
                 if (js_strict_eq2(ctx, argv[0], arrp[n], JS_EQ_STRICT)) {
                     goto done;
@@ -43892,6 +43969,9 @@ static JSValue js_array_lastIndexOf(JSContext *ctx, JSValueConst this_val,
                 goto exception;
         }
         if (js_get_fast_array(ctx, obj, &arrp, &count) && count == len) {
+            /* codemode-rs: at most n + 1 elements are compared */
+            if (js_poll_interrupts_bulk(ctx, (n + 1) * (int64_t)sizeof(JSValue)))
+                goto exception;
             for (; n >= 0; n--) {
                 if (js_strict_eq2(ctx, argv[0], arrp[n],
                                   JS_EQ_STRICT)) {
@@ -44054,6 +44134,8 @@ static JSValue js_array_join(JSContext *ctx, JSValueConst this_val,
     string_buffer_init(ctx, b, 0);
 
     for(i = 0; i < n; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         if (i > 0) {
             if (c >= 0) {
                 string_buffer_putc8(b, c);
@@ -44102,6 +44184,9 @@ static JSValue js_array_pop(JSContext *ctx, JSValueConst this_val,
         if (js_get_fast_array(ctx, obj, &arrp, &count32) && count32 == len) {
             JSObject *p = JS_VALUE_GET_OBJ(obj);
             if (shift) {
+                /* codemode-rs */
+                if (js_poll_interrupts_bulk(ctx, count32 * (int64_t)sizeof(*arrp)))
+                    goto exception;
                 res = arrp[0];
                 memmove(arrp, arrp + 1, (count32 - 1) * sizeof(*arrp));
                 p->u.array.count--;
@@ -44222,6 +44307,9 @@ static JSValue js_array_reverse(JSContext *ctx, JSValueConst this_val,
         uint32_t ll, hh;
 
         if (count32 > 1) {
+            /* codemode-rs */
+            if (js_poll_interrupts_bulk(ctx, count32 * (int64_t)sizeof(*arrp)))
+                goto exception;
             for (ll = 0, hh = count32 - 1; ll < hh; ll++, hh--) {
                 lval = arrp[ll];
                 arrp[ll] = arrp[hh];
@@ -44232,6 +44320,8 @@ static JSValue js_array_reverse(JSContext *ctx, JSValueConst this_val,
     }
 
     for (l = 0, h = len - 1; l < h; l++, h--) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         l_present = JS_TryGetPropertyInt64(ctx, obj, l, &lval);
         if (l_present < 0)
             goto exception;
@@ -44300,11 +44390,15 @@ static JSValue js_array_toReversed(JSContext *ctx, JSValueConst this_val,
         i = len - 1;
         pval = p->u.array.u.values;
         if (js_get_fast_array(ctx, obj, &arrp, &count32) && count32 == len) {
+            if (js_poll_interrupts_bulk(ctx, len * (int64_t)sizeof(JSValue))) /* codemode-rs */
+                goto exception;
             for (; i >= 0; i--, pval++)
                 *pval = js_dup(arrp[i]);
         } else {
             // Query order is observable; test262 expects descending order.
             for (; i >= 0; i--, pval++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                     goto exception;
             }
@@ -44380,12 +44474,16 @@ static JSValue js_array_slice(JSContext *ctx, JSValueConst this_val,
         js_is_fast_array(ctx, arr)) {
         /* XXX: should share code with fast array constructor */
         for (; k < final && k < count32; k++, n++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (JS_CreateDataPropertyUint32Const(ctx, arr, n, arrp[k], JS_PROP_THROW) < 0)
                 goto exception;
         }
     }
     /* Copy the remaining elements if any (handle case of inherited properties) */
     for (; k < final; k++, n++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         kPresent = JS_TryGetPropertyInt64(ctx, obj, k, &val);
         if (kPresent < 0)
             goto exception;
@@ -44406,6 +44504,8 @@ static JSValue js_array_slice(JSContext *ctx, JSValueConst this_val,
                 goto exception;
 
             for (k = len; k-- > new_len; ) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 if (JS_DeletePropertyInt64(ctx, obj, k, JS_PROP_THROW) < 0)
                     goto exception;
             }
@@ -44475,6 +44575,8 @@ static JSValue js_array_toSpliced(JSContext *ctx, JSValueConst this_val,
     last = &p->u.array.u.values[newlen];
 
     if (js_get_fast_array(ctx, obj, &arrp, &count32) && count32 == len) {
+        if (js_poll_interrupts_bulk(ctx, newlen * (int64_t)sizeof(JSValue))) /* codemode-rs */
+            goto exception;
         for (i = 0; i < start; i++, pval++)
             *pval = js_dup(arrp[i]);
         for (j = 0; j < add; j++, pval++)
@@ -44482,14 +44584,20 @@ static JSValue js_array_toSpliced(JSContext *ctx, JSValueConst this_val,
         for (i += del; i < len; i++, pval++)
             *pval = js_dup(arrp[i]);
     } else {
-        for (i = 0; i < start; i++, pval++)
+        for (i = 0; i < start; i++, pval++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                 goto exception;
+        }
         for (j = 0; j < add; j++, pval++)
             *pval = js_dup(argv[2 + j]);
-        for (i += del; i < len; i++, pval++)
+        for (i += del; i < len; i++, pval++) {
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto exception;
             if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                 goto exception;
+        }
     }
 
     assert(pval == last);
@@ -44555,6 +44663,8 @@ static int64_t JS_FlattenIntoArray(JSContext *ctx, JSValueConst target,
     }
 
     for (sourceIndex = 0; sourceIndex < sourceLen; sourceIndex++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            return -1;
         present = JS_TryGetPropertyInt64(ctx, source, sourceIndex, &element);
         if (present < 0)
             return -1;
@@ -44674,6 +44784,11 @@ static int js_array_cmp_generic(const void *a, const void *b, void *opaque) {
     if (psc->exception)
         return 0;
 
+    /* codemode-rs: rqsort's 3-way partitions end in linear time once every
+       comparison says equal, as they do after an interrupt */
+    if (js_poll_interrupts(ctx))
+        goto exception;
+
     if (psc->has_method) {
         argv[0] = ap->val;
         argv[1] = bp->val;
@@ -44738,6 +44853,8 @@ static JSValue js_array_sort(JSContext *ctx, JSValueConst this_val,
 
     /* XXX: should special case fast arrays */
     for (i = 0; i < len; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         if (pos >= array_size) {
             size_t new_size;
             ValueSlot *new_array;
@@ -44767,6 +44884,8 @@ static JSValue js_array_sort(JSContext *ctx, JSValueConst this_val,
 
     /* XXX: should special case fast arrays */
     while (n < pos) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         if (array[n].str)
             JS_FreeValue(ctx, JS_MKPTR(JS_TAG_STRING, array[n].str));
         if (array[n].pos == n) {
@@ -44781,10 +44900,14 @@ static JSValue js_array_sort(JSContext *ctx, JSValueConst this_val,
     }
     js_free(ctx, array);
     for (i = n; undefined_count-- > 0; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         if (JS_SetPropertyInt64(ctx, obj, i, JS_UNDEFINED) < 0)
             goto fail;
     }
     for (; i < len; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         if (JS_DeletePropertyInt64(ctx, obj, i, JS_PROP_THROW) < 0)
             goto fail;
     }
@@ -44833,10 +44956,14 @@ static JSValue js_array_toSorted(JSContext *ctx, JSValueConst this_val,
         i = 0;
         pval = p->u.array.u.values;
         if (js_get_fast_array(ctx, obj, &arrp, &count32) && count32 == len) {
+            if (js_poll_interrupts_bulk(ctx, len * (int64_t)sizeof(JSValue))) /* codemode-rs */
+                goto exception;
             for (; i < len; i++, pval++)
                 *pval = js_dup(arrp[i]);
         } else {
             for (; i < len; i++, pval++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 if (-1 == JS_TryGetPropertyInt64(ctx, obj, i, pval))
                     goto exception;
             }
@@ -47249,7 +47376,9 @@ static int string_indexof_char(JSString *p, int c, int from)
     return -1;
 }
 
-static int string_indexof(JSString *p1, JSString *p2, int from)
+/* codemode-rs: takes ctx and returns -2 (exception) when interrupted: a long
+   needle that often almost matches makes the search quadratic */
+static int string_indexof(JSContext *ctx, JSString *p1, JSString *p2, int from)
 {
     /* assuming 0 <= from <= p1->len */
     int c, i, j, len1 = p1->len, len2 = p2->len;
@@ -47259,6 +47388,8 @@ static int string_indexof(JSString *p1, JSString *p2, int from)
         j = string_indexof_char(p1, c, i);
         if (j < 0 || j + len2 > len1)
             break;
+        if (js_poll_interrupts_bulk(ctx, (int64_t)(j - i) + len2)) /* codemode-rs */
+            return -2;
         if (!string_cmp(p1, p2, j + 1, 1, len2 - 1))
             return j;
     }
@@ -47399,6 +47530,11 @@ static JSValue js_string_indexOf(JSContext *ctx, JSValueConst this_val,
     ret = -1;
     if (len >= v_len && inc * (stop - start) >= 0) {
         for (i = start;; i += inc) {
+            /* codemode-rs: a long needle that often almost matches makes
+               this quadratic; ask every 256 positions */
+            if (((i - start) & 255) == 0 &&
+                js_poll_interrupts_bulk(ctx, (int64_t)v_len * 256))
+                goto fail;
             if (!string_cmp(p, p1, i, 0, v_len)) {
                 ret = i;
                 break;
@@ -47465,6 +47601,10 @@ static JSValue js_string_includes(JSContext *ctx, JSValueConst this_val,
     }
     if (start >= 0 && start <= stop) {
         for (i = start;; i++) {
+            /* codemode-rs: see js_string_indexOf() */
+            if (((i - start) & 255) == 0 &&
+                js_poll_interrupts_bulk(ctx, (int64_t)v_len * 256))
+                goto fail;
             if (!string_cmp(p, p1, i, 0, v_len)) {
                 ret = 1;
                 break;
@@ -47726,6 +47866,8 @@ static JSValue js_string_replace(JSContext *ctx, JSValueConst this_val,
     endOfLastMatch = 0;
     is_first = true;
     for(;;) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         if (unlikely(searchp->len == 0)) {
             if (is_first)
                 pos = 0;
@@ -47734,7 +47876,9 @@ static JSValue js_string_replace(JSContext *ctx, JSValueConst this_val,
             else
                 pos = endOfLastMatch + 1;
         } else {
-            pos = string_indexof(sp, searchp, endOfLastMatch);
+            pos = string_indexof(ctx, sp, searchp, endOfLastMatch);
+            if (pos == -2) /* codemode-rs */
+                goto exception;
         }
         if (pos < 0) {
             if (is_first) {
@@ -47845,7 +47989,11 @@ static JSValue js_string_split(JSContext *ctx, JSValueConst this_val,
     }
     q = p;
     for (q = p; (q += !r) <= s - r - !r; q = p = e + r) {
-        e = string_indexof(sp, rp, q);
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
+        e = string_indexof(ctx, sp, rp, q);
+        if (e == -2) /* codemode-rs */
+            goto exception;
         if (e < 0)
             break;
         T = js_sub_string(ctx, sp, p, e);
@@ -49222,7 +49370,9 @@ static JSValue js_compile_regexp(JSContext *ctx, JSValueConst pattern,
                                   sizeof(error_msg), str, len, re_flags, ctx);
     JS_FreeCString(ctx, str);
     if (!re_bytecode_buf) {
-        JS_ThrowSyntaxError(ctx, "%s", error_msg);
+        /* codemode-rs: lre_compile() raises no exception but an interrupt */
+        if (!JS_HasException(ctx))
+            JS_ThrowSyntaxError(ctx, "%s", error_msg);
         return JS_EXCEPTION;
     }
 
@@ -49608,6 +49758,14 @@ int lre_check_timeout(void *opaque)
     JSRuntime *rt = ctx->rt;
     return (rt->interrupt_handler &&
             rt->interrupt_handler(rt, rt->interrupt_opaque));
+}
+
+/* codemode-rs: the regexp compiler asks here, leaving the "interrupted"
+   exception pending for js_compile_regexp() */
+int lre_poll_interrupts(void *opaque, size_t work)
+{
+    JSContext *ctx = opaque;
+    return js_poll_interrupts_bulk(ctx, work);
 }
 
 void *lre_realloc(void *opaque, void *ptr, size_t size)
@@ -51003,6 +51161,9 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
         pr->value = JS_UNDEFINED;
     }
 
+    if (js_poll_interrupts(ctx)) /* codemode-rs */
+        return JS_EXCEPTION;
+
     switch(s->token.val) {
     case '{':
         {
@@ -51572,6 +51733,8 @@ static int js_json_to_str(JSContext *ctx, JSONStringifyContext *jsc,
                 goto exception;
             string_buffer_putc8(jsc->b, '[');
             for(i = 0; i < len; i++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 if (i > 0)
                     string_buffer_putc8(jsc->b, ',');
                 string_buffer_concat_value(jsc->b, sep);
@@ -51610,6 +51773,8 @@ static int js_json_to_str(JSContext *ctx, JSONStringifyContext *jsc,
             string_buffer_putc8(jsc->b, '{');
             has_content = false;
             for(i = 0; i < len; i++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 JS_FreeValue(ctx, prop);
                 prop = JS_GetPropertyInt64(ctx, tab, i);
                 if (JS_IsException(prop))
@@ -59735,6 +59900,8 @@ static JSValue js_array_buffer_slice(JSContext *ctx,
             JS_ThrowTypeErrorDetachedArrayBuffer(ctx);
         goto fail;
     }
+    if (js_poll_interrupts_bulk(ctx, new_len)) /* codemode-rs */
+        goto fail;
     memcpy(new_abuf->data, abuf->data + start, new_len);
     new_abuf->immutable = immutable;
     return new_obj;
@@ -60026,6 +60193,8 @@ static JSValue js_typed_array_set_internal(JSContext *ctx,
 
         /* copying between typed objects */
         if (src_p->class_id == p->class_id) {
+            if (js_poll_interrupts_bulk(ctx, src_len << shift)) /* codemode-rs */
+                goto fail;
             /* same type, use memmove */
             memmove(dest_abuf->data + dest_ta->offset + (offset << shift),
                     src_abuf->data + src_ta->offset, src_len << shift);
@@ -60048,6 +60217,8 @@ static JSValue js_typed_array_set_internal(JSContext *ctx,
         }
     }
     for(i = 0; i < src_len; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         val = JS_GetPropertyUint32(ctx, src_obj, i);
         if (JS_IsException(val))
             goto fail;
@@ -60360,6 +60531,8 @@ static JSValue js_typed_array_from(JSContext *ctx, JSValueConst this_val,
     if (JS_IsException(r))
         goto exception;
     for(k = 0; k < len; k++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto exception;
         v = JS_GetPropertyInt64(ctx, arr, k);
         if (JS_IsException(v))
             goto exception;
@@ -60446,6 +60619,8 @@ static JSValue js_typed_array_copyWithin(JSContext *ctx, JSValueConst this_val,
     count = min_int(count, space);
     if (count > 0) {
         shift = typed_array_size_log2(p->class_id);
+        if (js_poll_interrupts_bulk(ctx, (int64_t)count << shift)) /* codemode-rs */
+            return JS_EXCEPTION;
         memmove(p->u.array.u.uint8_ptr + (to << shift),
                 p->u.array.u.uint8_ptr + (from << shift),
                 count << shift);
@@ -60521,6 +60696,8 @@ static JSValue js_typed_array_fill(JSContext *ctx, JSValueConst this_val,
     // RAB may have been resized by evil .valueOf method
     final = min_int(final, p->u.array.count);
     shift = typed_array_size_log2(p->class_id);
+    if (k < final && js_poll_interrupts_bulk(ctx, (int64_t)(final - k) << shift)) /* codemode-rs */
+        return JS_EXCEPTION;
     switch(shift) {
     case 0:
         if (k < final) {
@@ -60688,6 +60865,10 @@ static JSValue js_typed_array_indexOf(JSContext *ctx, JSValueConst this_val,
     else
         k = min_int(k, len);
     stop = min_int(stop, len);
+
+    /* codemode-rs: at most |stop - k| elements are scanned */
+    if (js_poll_interrupts_bulk(ctx, (int64_t)abs(stop - k) << typed_array_size_log2(p->class_id)))
+        goto exception;
 
     is_bigint = 0;
     is_int = 0; /* avoid warning */
@@ -60952,6 +61133,8 @@ static JSValue js_typed_array_join(JSContext *ctx, JSValueConst this_val,
 
     /* XXX: optimize with direct access */
     for(i = 0; i < len; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         if (i > 0) {
             if (c >= 0) {
                 if (string_buffer_putc8(b, c))
@@ -61009,6 +61192,8 @@ static JSValue js_typed_array_reverse(JSContext *ctx, JSValueConst this_val,
     if (typed_array_is_immutable(p))
         return JS_ThrowTypeErrorImmutableArrayBuffer(ctx);
     if (len > 0) {
+        if (js_poll_interrupts_bulk(ctx, (int64_t)len << typed_array_size_log2(p->class_id))) /* codemode-rs */
+            return JS_EXCEPTION;
         switch (typed_array_size_log2(p->class_id)) {
         case 0:
             {
@@ -61128,6 +61313,8 @@ static JSValue js_typed_array_slice(JSContext *ctx, JSValueConst this_val,
             src = p->u.array.u.uint8_ptr + (start << shift);
             dst = p1->u.array.u.uint8_ptr;
             nbytes = count << shift;
+            if (js_poll_interrupts_bulk(ctx, nbytes)) /* codemode-rs */
+                goto exception;
             if (dst > src && dst < src + nbytes) {
                 /* per spec (step 14.g) the copy is performed byte by byte
                    in increasing order, observable when the species
@@ -61143,6 +61330,8 @@ static JSValue js_typed_array_slice(JSContext *ctx, JSValueConst this_val,
             space = max_int(0, p->u.array.count - start);
             count = min_int(count, space);
             for (n = 0; n < count; n++) {
+                if (js_poll_interrupts(ctx)) /* codemode-rs */
+                    goto exception;
                 val = JS_GetPropertyValue(ctx, this_val, js_int32(start + n));
                 if (JS_IsException(val))
                     goto exception;
@@ -61324,7 +61513,23 @@ struct TA_sort_context {
     JSValueConst cmp;
     JSValue (*getfun)(JSContext *ctx, const void *a);
     int elt_size;
+    int (*cmpfun)(const void *a, const void *b, void *opaque); /* codemode-rs */
 };
+
+/* codemode-rs: the default order, asking for interrupts as it goes; once
+   interrupted every comparison says equal, which rqsort's 3-way partitions
+   finish in linear time */
+static int js_TA_cmp_polled(const void *a, const void *b, void *opaque) {
+    struct TA_sort_context *psc = opaque;
+
+    if (psc->exception)
+        return 0;
+    if (js_poll_interrupts(psc->ctx)) {
+        psc->exception = 1;
+        return 0;
+    }
+    return psc->cmpfun(a, b, opaque);
+}
 
 static int js_TA_cmp_generic(const void *a, const void *b, void *opaque) {
     struct TA_sort_context *psc = opaque;
@@ -61519,7 +61724,8 @@ static JSValue js_typed_array_sort(JSContext *ctx, JSValueConst this_val,
         done:
             js_free(ctx, array_idx);
         } else {
-            rqsort(p->u.array.u.ptr, len, elt_size, cmpfun, &tsc);
+            tsc.cmpfun = cmpfun; /* codemode-rs */
+            rqsort(p->u.array.u.ptr, len, elt_size, js_TA_cmp_polled, &tsc);
             if (tsc.exception)
                 return JS_EXCEPTION;
         }
@@ -61715,6 +61921,8 @@ static JSValue js_typed_array_constructor_obj(JSContext *ctx,
         goto fail;
 
     for(i = 0; i < len; i++) {
+        if (js_poll_interrupts(ctx)) /* codemode-rs */
+            goto fail;
         val = JS_GetPropertyUint32(ctx, arr, i);
         if (JS_IsException(val))
             goto fail;
@@ -61780,11 +61988,15 @@ static JSValue js_typed_array_constructor_ta(JSContext *ctx,
     if (typed_array_init(ctx, obj, buffer, 0, len, /*track_rab*/false))
         goto fail;
     if (p->class_id == classid) {
+        if (js_poll_interrupts_bulk(ctx, abuf->byte_length)) /* codemode-rs */
+            goto fail;
         /* same type: copy the content */
         memcpy(abuf->data, src_abuf->data + ta->offset, abuf->byte_length);
     } else {
         for(i = 0; i < len; i++) {
             JSValue val;
+            if (js_poll_interrupts(ctx)) /* codemode-rs */
+                goto fail;
             val = JS_GetPropertyUint32(ctx, src_obj, i);
             if (JS_IsException(val))
                 goto fail;
