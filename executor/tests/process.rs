@@ -103,8 +103,9 @@ async fn a_thrown_timeout_text_keeps_its_worker() {
     assert!(kept.is_subset(&before), "the worker was replaced: {before:?} then {kept:?}");
 
     // A real timeout does replace it.
-    let timed_out =
-        executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_millis(200))).await;
+    let timed_out = executor
+        .execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_millis(200)))
+        .await;
     assert_eq!(timed_out.kind(), OutcomeKind::Timeout);
     let after = executor.execute(Request::new("async () => 'fresh worker'")).await;
     assert_eq!(json(&after), r#"{"result":"fresh worker","logs":[]}"#);
