@@ -95,6 +95,8 @@ function thrownText(value) {
 }
 
 const send = (message) => process.stdout.write(JSON.stringify(message) + '\n');
+// An error outcome with its kind: how the run ended, never read from the text.
+const failed = (kind, error, logs) => ({ error, kind, logs });
 const waiting = new Map(); // `${execution}:${call}` -> resolve
 const live = new Map(); // execution -> { dispose }
 
@@ -102,12 +104,12 @@ function execute(execution, request) {
   const logs = [];
   const providers = request.providers ?? [];
   const refusal = checkNames(providers);
-  if (refusal !== null) return send({ type: 'outcome', execution, outcome: { error: refusal, logs } });
+  if (refusal !== null) return send({ type: 'outcome', execution, outcome: failed('invalid', refusal, logs) });
   let program;
   try {
     program = normalize(request.code);
   } catch (failure) {
-    return send({ type: 'outcome', execution, outcome: { error: `SyntaxError in code: ${failure.message}`, logs } });
+    return send({ type: 'outcome', execution, outcome: failed('syntax', `SyntaxError in code: ${failure.message}`, logs) });
   }
   let over = false;
   let nextCall = 1;
@@ -116,10 +118,17 @@ function execute(execution, request) {
   const context = vm.createContext({});
   const inside = (source) => vm.runInContext(source, context);
   const reject = inside('(message) => Promise.reject(new Error(message))');
+  // Refusals by a bound: a run that ends rejected with one of these ends 'payload'.
+  const bounded = new WeakSet();
+  const refuse = inside('(message) => new Error(message)');
   context.__dispatch = (provider, tool, argsJson) => {
     if (over) return reject(TEXTS.completed);
     const size = Buffer.byteLength(String(provider)) + Buffer.byteLength(String(tool)) + Buffer.byteLength(String(argsJson));
-    if (size > maxPayload) return reject(TEXTS.payload(size, maxPayload));
+    if (size > maxPayload) {
+      const refusal = refuse(TEXTS.payload(size, maxPayload));
+      bounded.add(refusal);
+      return inside('Promise').reject(refusal);
+    }
     if (!request.dispatch) return inside('Promise').resolve(JSON.stringify({ error: TEXTS.toolNotFound(tool) }));
     const call = nextCall++;
     return new (inside('Promise'))((resolve) => {
@@ -150,23 +159,27 @@ function execute(execution, request) {
     if (!request.retainHandles) dispose();
     send({ type: 'outcome', execution, outcome });
   };
-  let run, stringify;
+  let run, stringify, scope;
   try {
-    const bindings = inside(CODEC);
-    [run, stringify] = inside(scopeSource(program, providers)).apply(undefined, bindings);
+    scope = inside(scopeSource(program, providers));
   } catch (failure) {
-    return settle({ error: thrownText(failure), logs });
+    return settle(failed('syntax', thrownText(failure), logs));
+  }
+  try {
+    [run, stringify] = scope.apply(undefined, inside(CODEC));
+  } catch (failure) {
+    return settle(failed('thrown', thrownText(failure), logs));
   }
   let deadline;
   const timedOut = new Promise((resolve) => { deadline = setTimeout(() => resolve(TIMED_OUT), timeoutMs); });
   Promise.race([run, timedOut]).then(
     (value) => {
       clearTimeout(deadline);
-      if (value === TIMED_OUT) return settle({ error: TEXTS.timeout(timeoutMs), logs });
+      if (value === TIMED_OUT) return settle(failed('timeout', TEXTS.timeout(timeoutMs), logs));
       if (value === undefined) return settle({ logs });
-      try { settle({ result: JSON.parse(stringify(value)), logs }); } catch (failure) { settle({ error: thrownText(failure), logs }); }
+      try { settle({ result: JSON.parse(stringify(value)), logs }); } catch (failure) { settle(failed('thrown', thrownText(failure), logs)); }
     },
-    (failure) => { clearTimeout(deadline); settle({ error: thrownText(failure), logs }); },
+    (failure) => { clearTimeout(deadline); settle(failed(bounded.has(failure) ? 'payload' : 'thrown', thrownText(failure), logs)); },
   );
 }
 const TIMED_OUT = Symbol('timed out');
