@@ -47531,9 +47531,10 @@ static JSValue js_string_indexOf(JSContext *ctx, JSValueConst this_val,
     if (len >= v_len && inc * (stop - start) >= 0) {
         for (i = start;; i += inc) {
             /* codemode-rs: a long needle that often almost matches makes
-               this quadratic; ask every 256 positions */
-            if (((i - start) & 255) == 0 &&
-                js_poll_interrupts_bulk(ctx, (int64_t)v_len * 256))
+               the search quadratic; ask at every 256th position, at every
+               one for a long needle */
+            if (unlikely((i & 255) == 0 || v_len >= 256) &&
+                js_poll_interrupts_bulk(ctx, ((int64_t)v_len + 1) << 8))
                 goto fail;
             if (!string_cmp(p, p1, i, 0, v_len)) {
                 ret = i;
@@ -47602,8 +47603,8 @@ static JSValue js_string_includes(JSContext *ctx, JSValueConst this_val,
     if (start >= 0 && start <= stop) {
         for (i = start;; i++) {
             /* codemode-rs: see js_string_indexOf() */
-            if (((i - start) & 255) == 0 &&
-                js_poll_interrupts_bulk(ctx, (int64_t)v_len * 256))
+            if (unlikely((i & 255) == 0 || v_len >= 256) &&
+                js_poll_interrupts_bulk(ctx, ((int64_t)v_len + 1) << 8))
                 goto fail;
             if (!string_cmp(p, p1, i, 0, v_len)) {
                 ret = 1;
