@@ -24,7 +24,7 @@ fn resident_bytes() -> usize {
 }
 
 fn executor() -> Executor {
-    Executor::new(ExecutorConfig { workers: 2, ..ExecutorConfig::default() })
+    Executor::new(ExecutorConfig { workers: 2, ..support::config() })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +121,7 @@ async fn limits_out_of_range_are_refused_with_the_minimum_or_ceiling() {
         let outcome = executor.execute(Request::new("async () => 'ok'").memory_limit_bytes(bytes)).await;
         assert_eq!(json(&outcome), json!({ "error": text, "kind": "invalid", "logs": [] }).to_string());
     }
-    let mut config = ExecutorConfig { workers: 1, ..ExecutorConfig::default() };
+    let mut config = ExecutorConfig { workers: 1, ..support::config() };
     config.ceilings.timeout = Duration::from_secs(60);
     let outcome =
         Executor::new(config).execute(Request::new("async () => 1").timeout(Duration::from_secs(61))).await;

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use codemode_executor::{Executor, ExecutorConfig, Outcome, Request};
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Outcome, Request};
 use codemode_protocol::ToolCall;
 
 /// The outcome in the codec's JSON form.
@@ -17,9 +17,25 @@ pub async fn run(request: Request) -> Outcome {
     executor().execute(request).await
 }
 
+/// The environment variable naming the engine the suite runs on (`quickjs`, `v8`).
+pub const ENGINE_VARIABLE: &str = "CODEMODE_TEST_ENGINE";
+
+/// The engine these tests run on: QuickJS unless `CODEMODE_TEST_ENGINE` names another.
+pub fn engine() -> EngineKind {
+    match std::env::var(ENGINE_VARIABLE) {
+        Ok(name) => name.parse().unwrap_or_else(|e| panic!("{ENGINE_VARIABLE}: {e}")),
+        Err(_) => EngineKind::QuickJs,
+    }
+}
+
+/// The default config on the suite's engine.
+pub fn config() -> ExecutorConfig {
+    ExecutorConfig { engine: engine(), ..ExecutorConfig::default() }
+}
+
 pub fn executor() -> Executor {
     static EXECUTOR: std::sync::OnceLock<Executor> = std::sync::OnceLock::new();
-    EXECUTOR.get_or_init(|| Executor::new(ExecutorConfig::default())).clone()
+    EXECUTOR.get_or_init(|| Executor::new(config())).clone()
 }
 
 /// Every call a dispatch saw, in arrival order.

@@ -1,9 +1,8 @@
 //! The sandbox's globals: what a program has, and that nothing of the host is there.
-mod support;
 
+use crate::support::*;
 use codemode_executor::Request;
 use codemode_protocol::{ProviderDescriptor, ToolCall};
-use support::*;
 
 async fn outcome(code: &str) -> String {
     json(&run(Request::new(code)).await)

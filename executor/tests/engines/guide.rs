@@ -1,17 +1,16 @@
 //! Every example of the tools guide, run through the executor, with the outcome it prints.
-mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::support::*;
 use codemode_executor::Request;
 use codemode_protocol::{
     Binary, BinaryKind, Bytes, Latch, ProviderDescriptor, ToolCall, ToolNotFoundError,
     create_envelope_dispatch, parse_dispatch_arguments, parse_dispatch_arguments_as,
 };
 use serde_json::json;
-use support::*;
 
 fn store(tools: &[&str]) -> ProviderDescriptor {
     ProviderDescriptor::new("store", tools.iter().copied())
@@ -284,7 +283,7 @@ async fn without_retain_handles_a_timer_after_the_return_never_fires() {
 async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text() {
     let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
         workers: 1,
-        ..Default::default()
+        ..crate::support::config()
     });
     let recorder = Recorder::default();
     let (outcome, mut retained) = executor
@@ -324,7 +323,7 @@ async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text
 async fn dropping_a_retained_execution_releases_it() {
     let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
         workers: 1,
-        ..Default::default()
+        ..crate::support::config()
     });
     let (_, retained) =
         executor.execute_retained(Request::new("async () => { setInterval(() => {}, 5); return 1 }")).await;

@@ -1,16 +1,14 @@
 //! Isolation between executions in one process: a spinning or stuck program neither
 //! starves its neighbours nor takes the executor's capacity for good.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::json;
 use codemode_executor::{Executor, ExecutorConfig, Request};
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
-use support::json;
 
 fn executor() -> Executor {
-    Executor::new(ExecutorConfig { workers: 2, ..ExecutorConfig::default() })
+    Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() })
 }
 
 /// A dispatch answering every call after `delay`.

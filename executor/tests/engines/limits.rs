@@ -1,12 +1,11 @@
 //! Limits: each has a default, a per-request override, a pinned text, and holds.
-mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use codemode_executor::{Executor, ExecutorConfig, Limits, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 use serde_json::json;
-use support::*;
 
 /// A bound on a guarantee, not a speed measurement: generous for a loaded 2-core machine.
 const MARGIN: Duration = Duration::from_millis(400);
@@ -14,7 +13,7 @@ const MARGIN: Duration = Duration::from_millis(400);
 /// Each timed run gets an executor of its own, so other tests' busy programs do not
 /// queue ahead of it on a shared worker.
 async fn timed(request: Request) -> (String, Duration) {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
     let started = Instant::now();
     let outcome = executor.execute(request).await;
     (json(&outcome), started.elapsed())
@@ -120,7 +119,7 @@ async fn the_payload_bound_rejects_at_the_call_site_and_never_delivers() {
 }
 
 fn limited(limits: Limits) -> Executor {
-    Executor::new(ExecutorConfig { workers: 1, limits, ..Default::default() })
+    Executor::new(ExecutorConfig { workers: 1, limits, ..crate::support::config() })
 }
 
 #[tokio::test]

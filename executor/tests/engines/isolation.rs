@@ -1,15 +1,14 @@
 //! Isolation and concurrency: fresh engines, a pool that never blocks on the host, prompt drops.
-mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use codemode_executor::{Executor, ExecutorConfig, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall, parse_dispatch_arguments};
-use support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_concurrent_executions_of_ten_calls_each_get_their_own_outcomes() {
-    let executor = Executor::default();
+    let executor = Executor::new(crate::support::config());
     let dispatch = |call: ToolCall| async move {
         let args = parse_dispatch_arguments(&call.args_json).unwrap();
         let (run, step) = (args[0].to_json(), args[1].to_json());
@@ -38,7 +37,7 @@ async fn a_thousand_concurrent_executions_of_ten_calls_each_get_their_own_outcom
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_dispatch_never_blocks_another_execution() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
     let slow = executor.clone();
     let slow = tokio::spawn(async move {
         slow.execute(
@@ -62,7 +61,7 @@ async fn a_slow_dispatch_never_blocks_another_execution() {
 
 #[tokio::test]
 async fn dropping_an_execute_future_ends_its_engine_promptly() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
     let busy =
         executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
     assert!(tokio::time::timeout(Duration::from_millis(100), busy).await.is_err());
@@ -79,7 +78,7 @@ async fn dropping_an_execute_future_ends_its_engine_promptly() {
 
 #[test]
 fn execute_outside_a_tokio_runtime_is_an_error_outcome_not_a_panic() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
     let outcome = futures_lite_block_on(executor.execute(Request::new("async () => 1")));
     assert_eq!(outcome.error_text(), Some(codemode_executor::NO_TOKIO_RUNTIME));
 }

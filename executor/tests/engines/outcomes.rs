@@ -1,9 +1,8 @@
 //! The outcome rules of DESIGN.md: log formatting, thrown values, run failures, code forms.
-mod support;
 
+use crate::support::*;
 use codemode_executor::Request;
 use serde_json::json;
-use support::*;
 
 async fn outcome(code: &str) -> String {
     json(&run(Request::new(code)).await)

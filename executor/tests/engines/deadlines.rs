@@ -1,11 +1,10 @@
 //! Deadlines and outcomes that hold whatever the program does.
-mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::json;
 use codemode_executor::{Executor, ExecutorConfig, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
-use support::json;
 
 const TIMEOUT: Duration = Duration::from_millis(1000);
 /// A bound on a guarantee (timeout + 100 ms), with room for a loaded 2-core machine.
@@ -27,7 +26,7 @@ async fn timed(executor: &Executor, code: &str) -> (String, Duration) {
 
 /// Each program gets the timeout outcome at the deadline, with its log, and its engine goes.
 async fn ends_at_the_deadline(code: &str) {
-    let executor = Executor::default();
+    let executor = Executor::new(crate::support::config());
     let (outcome, elapsed) =
         timed(&executor, &format!("async () => {{ console.log('start'); {code} }}")).await;
     assert_eq!(
@@ -71,7 +70,7 @@ deadline_tests! {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_other_executions_are_not_delayed_by_busy_ones() {
-    let executor = Executor::new(ExecutorConfig { workers: 2, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() });
     let busy: Vec<_> = (0..2)
         .map(|_| {
             let executor = executor.clone();
@@ -95,14 +94,15 @@ async fn the_hosts_other_executions_are_not_delayed_by_busy_ones() {
 #[tokio::test]
 async fn a_floating_rejection_does_not_fail_the_run() {
     let outcome =
-        support::run(Request::new("async () => { Promise.reject(new Error('x')); return 'ok' }")).await;
+        crate::support::run(Request::new("async () => { Promise.reject(new Error('x')); return 'ok' }"))
+            .await;
     assert_eq!(json(&outcome), r#"{"result":"ok","logs":["[warn] Unhandled rejection: x"]}"#);
-    let handled_later = support::run(Request::new(
+    let handled_later = crate::support::run(Request::new(
         "async () => { const p = Promise.reject(new Error('late')); p.catch(() => {}); return 'ok' }",
     ))
     .await;
     assert_eq!(json(&handled_later), r#"{"result":"ok","logs":[]}"#);
-    let thrown = support::run(Request::new("async () => { throw new Error('thrown') }")).await;
+    let thrown = crate::support::run(Request::new("async () => { throw new Error('thrown') }")).await;
     assert_eq!(
         json(&thrown),
         r#"{"error":"thrown","kind":"thrown","logs":[]}"#,
@@ -133,18 +133,18 @@ async fn the_outcome_cannot_be_forged() {
     ] {
         let code = format!("async () => {{ console.log('before'); {sabotage} {ret} }}");
         let started = Instant::now();
-        let outcome = support::run(Request::new(code).timeout(TIMEOUT)).await;
+        let outcome = crate::support::run(Request::new(code).timeout(TIMEOUT)).await;
         assert!(started.elapsed() < TIMEOUT + MARGIN);
         // The codec captured JSON.stringify before the program ran; Object.prototype.toJSON is
         // the program's own data (JSON.stringify honours it), never the envelope around it.
         assert_eq!(json(&outcome), expected, "{ret}");
     }
-    let next = support::run(Request::new(
+    let next = crate::support::run(Request::new(
         "async () => { console.log([1, 2].map((n) => n * 2)); return JSON.stringify({ a: 1 }) }",
     ))
     .await;
     assert_eq!(json(&next), r#"{"result":"{\"a\":1}","logs":["[2,4]"]}"#, "the next execution is untouched");
-    let texts = support::run(
+    let texts = crate::support::run(
         Request::new("async () => { Error.prototype.toString = () => 'forged'; Object.defineProperty(Error.prototype, 'message', { get() { return 'forged' } }); try { await store.x() } catch (e) { return e.message } }")
             .provider(store()),
     )

@@ -1,13 +1,11 @@
 //! Exact outcomes at the edges: lone surrogates, deep values, late-handled rejections,
 //! and a program's own text that only looks like one of the executor's.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::{json, run};
 use codemode_executor::Request;
 use codemode_protocol::OutcomeKind;
-use support::{json, run};
 
 #[tokio::test]
 async fn lone_surrogates_become_replacement_characters() {

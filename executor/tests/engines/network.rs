@@ -1,10 +1,9 @@
 //! The network: closed by default; with an outbound handler, the host decides every fetch.
-mod support;
 
 use std::sync::{Arc, Mutex};
 
+use crate::support::*;
 use codemode_executor::{OutboundRequest, OutboundResponse, Request};
-use support::*;
 
 #[tokio::test]
 async fn without_an_outbound_handler_fetch_rejects_with_the_closed_text() {
