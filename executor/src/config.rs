@@ -149,7 +149,10 @@ impl std::str::FromStr for EngineKind {
         EngineKind::BUILT_IN.iter().copied().find(|kind| kind.name() == name).ok_or_else(|| {
             let known: Vec<&str> = EngineKind::BUILT_IN.iter().map(|kind| kind.name()).collect();
             if name == "v8" {
-                format!("this build has no V8 engine: build with `--features v8`; built in: {}", known.join(", "))
+                format!(
+                    "this build has no V8 engine: build with `--features v8`; built in: {}",
+                    known.join(", ")
+                )
             } else {
                 format!("unknown engine \"{name}\"; built in: {}", known.join(", "))
             }
