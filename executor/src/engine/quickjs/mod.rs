@@ -319,7 +319,8 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
 
 /// The bytecode of a built-in script, compiled on first use.
 fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
-    static COMPILED: OnceLock<Mutex<HashMap<&'static str, Arc<Vec<u8>>>>> = OnceLock::new();
+    type Cache = Mutex<HashMap<&'static str, Arc<Vec<u8>>>>;
+    static COMPILED: OnceLock<Cache> = OnceLock::new();
     let cache = COMPILED.get_or_init(Mutex::default);
     if let Some(bytecode) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
         return bytecode.clone();
