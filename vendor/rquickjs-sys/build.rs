@@ -117,6 +117,9 @@ fn main() {
         println!("cargo:rerun-if-env-changed={}", feature_to_cargo(feature));
     }
     println!("cargo:rerun-if-env-changed=CARGO_CFG_SANITIZE");
+    // codemode-rs: the lines above switch off cargo's default of rerunning on any change
+    // in the package, so a patched source would not be recompiled without this one.
+    println!("cargo:rerun-if-changed=quickjs");
 
     let src_dir = Path::new("quickjs");
 
