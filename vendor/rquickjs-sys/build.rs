@@ -272,6 +272,10 @@ fn main() {
         builder.file("wasm-shim/shim.c");
     }
 
+    // codemode-rs: every object of this QuickJS goes into the link, so a second QuickJS in
+    // the same binary (stock rquickjs-sys) is a duplicate-symbol error, never a silent pick
+    // of whichever copy the linker meets first (PATCHES.md).
+    builder.link_lib_modifier("+whole-archive");
     builder.compile("libquickjs.a");
 
     // Emitted after `compile` so `-lquickjs` precedes `-lc` on the link line.
