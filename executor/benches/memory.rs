@@ -1,7 +1,7 @@
 //! Memory held per live execution: retain N engines and read the process's resident set.
 //! A bench binary (`cargo bench --bench memory`), not a test: it reports, it asserts nothing.
 
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Request};
 
 fn resident_bytes() -> usize {
     let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
@@ -14,7 +14,11 @@ fn main() {
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    // One engine per process: the resident set does not shrink when engines are freed.
+    let engine: EngineKind = std::env::var("CODEMODE_BENCH_ENGINE").map_or(EngineKind::QuickJs, |name| {
+        name.parse().unwrap_or_else(|e| panic!("CODEMODE_BENCH_ENGINE: {e}"))
+    });
+    let executor = Executor::new(ExecutorConfig { workers: 1, engine, ..Default::default() });
     const N: usize = 500;
     runtime.block_on(async {
         // Warm up: the process-wide bytecode and allocator arenas are not per execution.
@@ -28,7 +32,8 @@ fn main() {
             }
             let after = resident_bytes();
             println!(
-                "memory per live execution ({label}): {:.0} KiB ({N} retained engines, resident set +{:.1} MiB)",
+                "memory per live execution on {} ({label}): {:.0} KiB ({N} retained engines, resident set +{:.1} MiB)",
+                engine.name(),
                 (after.saturating_sub(before)) as f64 / N as f64 / 1024.0,
                 (after.saturating_sub(before)) as f64 / (1 << 20) as f64
             );
