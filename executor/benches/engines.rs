@@ -41,7 +41,10 @@ fn echo_bytes() -> Request {
 /// program typically does with a tool's answer.
 fn records() -> Request {
     let rows: Vec<serde_json::Value> = (0..10_000)
-        .map(|i| serde_json::json!({ "id": i, "region": ["north", "south", "east", "west"][i % 4], "amount": (i * 37) % 1000, "open": i % 3 != 0 }))
+        .map(|i| {
+            let region = ["north", "south", "east", "west"][i % 4];
+            serde_json::json!({ "id": i, "region": region, "amount": (i * 37) % 1000, "open": i % 3 != 0 })
+        })
         .collect();
     let answer = result_envelope(&rows).unwrap_or_default();
     Request::new(
