@@ -73,9 +73,12 @@ fn compute() -> Request {
     )
 }
 
+/// A workload: a fresh request each run.
+type Workload = fn() -> Request;
+
 fn benches(c: &mut Criterion) {
     let rt = runtime();
-    let workloads: [(&str, fn() -> Request); 6] = [
+    let workloads: [(&str, Workload); 6] = [
         ("async () => 1", || Request::new("async () => 1")),
         ("one tool call", one_call),
         ("100 sequential tool calls", hundred_calls),
