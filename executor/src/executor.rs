@@ -37,7 +37,12 @@ struct Inner {
     watchdog: Watchdog,
     processes: Option<ProcessPool>,
     next_execution: AtomicU64,
+    /// Engines still running [`STOP_GRACE`] after their deadline's stop.
+    abandoned: Arc<AtomicU64>,
 }
+
+/// How long an engine may take to stop after its deadline before it counts as abandoned.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for Executor {
     fn default() -> Executor {
@@ -65,6 +70,7 @@ impl Executor {
                 watchdog: Watchdog::spawn(),
                 processes,
                 next_execution: AtomicU64::new(1),
+                abandoned: Arc::default(),
             }),
         }
     }
@@ -84,6 +90,14 @@ impl Executor {
     /// until it returns; it never takes a new execution's place.
     pub fn execution_threads(&self) -> usize {
         self.inner.pool.threads()
+    }
+
+    /// Engines that were still running one second after their deadline stopped them
+    /// (each also wrote one line on stderr). Their threads hold only their own
+    /// execution; new executions never wait for them. Zero unless an engine's builtin
+    /// ignores its stop.
+    pub fn abandoned_engines(&self) -> u64 {
+        self.inner.abandoned.load(Ordering::Relaxed)
     }
 
     /// Run one program in a fresh engine, disposed the moment the run ends.
@@ -147,6 +161,7 @@ impl Executor {
         let deadline = started + limits.timeout;
         let (timed_out, watched, timeout) = (events.clone(), control.clone(), Settlement::timeout(&limits));
         let watched_done = done.clone();
+        let (watchdog, abandoned) = (self.inner.watchdog.clone(), self.inner.abandoned.clone());
         self.inner.watchdog.at(
             deadline,
             Some(done.clone()),
@@ -154,6 +169,20 @@ impl Executor {
                 if !watched_done.load(Ordering::Acquire) {
                     watched.stop();
                     let _ = timed_out.send(Event::Settled(timeout));
+                    // An engine still running a while after its stop is reported, never waited for.
+                    watchdog.at(
+                        Instant::now() + STOP_GRACE,
+                        None,
+                        Box::new(move || {
+                            if !watched.ended() {
+                                abandoned.fetch_add(1, Ordering::Relaxed);
+                                eprintln!(
+                                    "codemode-executor: {}",
+                                    codemode_protocol::texts::ENGINE_UNSTOPPABLE
+                                );
+                            }
+                        }),
+                    );
                 }
             }),
         );

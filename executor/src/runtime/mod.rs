@@ -117,6 +117,8 @@ pub(crate) struct Control {
     stopper: OnceLock<Stopper>,
     /// Counts a retained engine's late callbacks; the watchdog stops one that overruns.
     late_callbacks: AtomicU64,
+    /// The engine is gone (disposed, or never made).
+    ended: AtomicBool,
 }
 
 impl Control {
@@ -125,7 +127,13 @@ impl Control {
             stop: AtomicBool::new(false),
             stopper: OnceLock::new(),
             late_callbacks: AtomicU64::new(0),
+            ended: AtomicBool::new(false),
         })
+    }
+
+    /// Whether the execution's engine is gone.
+    pub(crate) fn ended(&self) -> bool {
+        self.ended.load(Ordering::Acquire)
     }
 
     pub(crate) fn stop(&self) {
@@ -225,6 +233,7 @@ impl<E: Engine> Drop for Execution<E> {
     fn drop(&mut self) {
         self.handles = None;
         self.engine = None;
+        self.control.ended.store(true, Ordering::Release);
     }
 }
 
@@ -638,6 +647,7 @@ impl<E: Engine> Execution<E> {
             drop(handles);
             drop(engine);
         }
+        self.control.ended.store(true, Ordering::Release);
     }
 }
 

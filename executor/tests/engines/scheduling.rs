@@ -86,6 +86,7 @@ async fn eight_reverse_runs_leave_the_executor_whole() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(executor.live_engines(), 0);
+    assert_eq!(executor.abandoned_engines(), 0, "every engine stopped within a second of its deadline");
     assert!(executor.execution_threads() <= 2 + 8, "{}", executor.execution_threads());
 }
 
