@@ -129,7 +129,9 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
         if dedicated {
             return;
         }
-        if blank.is_none() {
+        // Blank engines are made for the kept threads only: a burst's extra threads would
+        // otherwise each hold an engine nobody asked for.
+        if blank.is_none() && lock(&shared.idle).len() < shared.keep {
             blank = catch_unwind(E::blank).ok();
         }
         let (sender, jobs) = crossbeam_channel::bounded(1);

@@ -3,26 +3,35 @@
 //! At an execution's deadline it stops the engine and hands the host the timeout outcome
 //! itself, so the outcome arrives on time even while the engine is inside a long native
 //! call; it also bounds a retained engine's late callbacks. It knows nothing of engines
-//! or runtimes: each watch is an instant and an action.
+//! or runtimes: each watch is an instant and an action. Adding a watch wakes the thread
+//! only when it is due before everything already held, so a run costs no thread switch.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
-
-use crossbeam_channel::{Receiver, Sender};
 
 type Action = Box<dyn FnOnce() + Send>;
 
-/// A handle to the watchdog thread; cheap to clone.
+/// A handle to the watchdog thread; cheap to clone. The thread ends with the last handle.
 #[derive(Clone)]
 pub(crate) struct Watchdog {
-    watches: Sender<Watch>,
+    shared: Arc<Shared>,
 }
 
-/// An instant, an action, and a flag that cancels it once raised.
-type Watch = (Instant, Option<Arc<AtomicBool>>, Action);
+struct Shared {
+    due: Mutex<Watches>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct Watches {
+    heap: BinaryHeap<Reverse<Due>>,
+    order: u64,
+    /// Cancelled watches are dropped whenever the heap doubles, so it holds about the live ones.
+    prune_at: usize,
+}
 
 struct Due(Instant, u64, Option<Arc<AtomicBool>>, Action);
 
@@ -49,55 +58,79 @@ impl Ord for Due {
     }
 }
 
+fn lock(shared: &Shared) -> MutexGuard<'_, Watches> {
+    shared.due.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl Watchdog {
-    /// Start the thread; it ends when every handle is gone.
+    /// Start the thread.
     pub(crate) fn spawn() -> Watchdog {
-        let (watches, incoming) = crossbeam_channel::unbounded();
+        let shared = Arc::new(Shared {
+            due: Mutex::new(Watches { prune_at: 1024, ..Watches::default() }),
+            wake: Condvar::new(),
+        });
+        let weak = Arc::downgrade(&shared);
         std::thread::Builder::new()
             .name("codemode-watchdog".to_owned())
-            .spawn(move || run(&incoming))
+            .spawn(move || run(&weak))
             .unwrap_or_else(|e| panic!("could not start the watchdog thread: {e}"));
-        Watchdog { watches }
+        Watchdog { shared }
     }
 
     /// Run `action` at `at` (at once if it has passed), unless `cancel` is raised by then.
     pub(crate) fn at(&self, at: Instant, cancel: Option<Arc<AtomicBool>>, action: Action) {
-        let _ = self.watches.send((at, cancel, action));
+        let mut watches = lock(&self.shared);
+        let earliest = watches.heap.peek().is_none_or(|Reverse(first)| at < first.0);
+        watches.order += 1;
+        let order = watches.order;
+        watches.heap.push(Reverse(Due(at, order, cancel, action)));
+        if watches.heap.len() >= watches.prune_at {
+            watches.heap.retain(|Reverse(watch)| !watch.cancelled());
+            watches.prune_at = (watches.heap.len() * 2).max(1024);
+        }
+        drop(watches);
+        if earliest {
+            self.shared.wake.notify_one();
+        }
     }
 }
 
-fn run(incoming: &Receiver<Watch>) {
-    let mut due: BinaryHeap<Reverse<Due>> = BinaryHeap::new();
-    let mut order = 0u64;
-    // Cancelled watches are dropped whenever the heap doubles, so it holds about the live ones.
-    let mut prune_at = 1024;
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.wake.notify_all();
+    }
+}
+
+fn run(shared: &Weak<Shared>) {
     loop {
-        let received = match due.peek() {
-            Some(Reverse(Due(at, _, _, _))) => match incoming.recv_deadline(*at) {
-                Ok(watch) => Some(watch),
-                Err(crossbeam_channel::RecvTimeoutError::Timeout) => None,
-                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => return,
-            },
-            None => match incoming.recv() {
-                Ok(watch) => Some(watch),
-                Err(_) => return,
-            },
-        };
-        if let Some((at, cancel, action)) = received {
-            order += 1;
-            due.push(Reverse(Due(at, order, cancel, action)));
-        }
+        let Some(shared) = shared.upgrade() else { return };
+        let mut watches = lock(&shared);
         let now = Instant::now();
-        while due.peek().is_some_and(|Reverse(Due(at, _, _, _))| *at <= now) {
-            if let Some(Reverse(watch)) = due.pop() {
+        let mut ready = Vec::new();
+        while watches.heap.peek().is_some_and(|Reverse(first)| first.0 <= now) {
+            if let Some(Reverse(watch)) = watches.heap.pop() {
                 if !watch.cancelled() {
-                    (watch.3)();
+                    ready.push(watch.3);
                 }
             }
         }
-        if due.len() >= prune_at {
-            due.retain(|Reverse(watch)| !watch.cancelled());
-            prune_at = (due.len() * 2).max(1024);
+        if ready.is_empty() {
+            // Sleep until the earliest watch, or a second at most, so the thread notices
+            // when the executor is gone.
+            let wait = watches
+                .heap
+                .peek()
+                .map_or(std::time::Duration::from_secs(1), |Reverse(first)| {
+                    first.0.saturating_duration_since(now)
+                })
+                .min(std::time::Duration::from_secs(1));
+            drop(shared.wake.wait_timeout(watches, wait));
+            continue;
+        }
+        drop(watches);
+        drop(shared);
+        for action in ready {
+            action();
         }
     }
 }
