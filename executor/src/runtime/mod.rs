@@ -338,8 +338,15 @@ impl<E: Engine> Execution<E> {
             return;
         }
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            let result = f(self).and_then(|()| self.microtasks());
-            if let Err(failure) = result {
+            // A thrown value ends the run (if it has not ended), and the microtasks it queued still run.
+            if let Err(failure) = f(self) {
+                let stopped = matches!(failure, Failure::Stopped | Failure::Gone);
+                self.fail(failure);
+                if stopped {
+                    return;
+                }
+            }
+            if let Err(failure) = self.microtasks() {
                 self.fail(failure);
             }
             self.log_unhandled_rejections();
@@ -532,7 +539,12 @@ impl<E: Engine> Execution<E> {
             let next_timer = self.state.borrow().timers.next_due();
             let wake = [next_timer, (!settled).then_some(self.deadline)].into_iter().flatten().min();
             let message = match wake {
-                Some(at) if at <= now => None,
+                // Due now: take a waiting message first, so timers never starve answers.
+                Some(at) if at <= now => match self.inbox.try_recv() {
+                    Ok(message) => Some(message),
+                    Err(crossbeam_channel::TryRecvError::Empty) => None,
+                    Err(crossbeam_channel::TryRecvError::Disconnected) => return self.dispose(),
+                },
                 Some(at) => match self.inbox.recv_timeout(at - now) {
                     Ok(message) => Some(message),
                     Err(RecvTimeoutError::Timeout) => None,
