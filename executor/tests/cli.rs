@@ -37,23 +37,75 @@ fn shop() -> String {
     examples().join("shop.sql").display().to_string()
 }
 
+/// What `codemode run examples/top-customers.js --db examples/shop.sql` prints, on any engine.
+const TOP_CUSTOMERS: &str = concat!(
+    r#"{"result":[{"id":2,"name":"Grace Hopper","orders":1,"spent_cents":13200,"spent":"132.00","avatarBytes":4},"#,
+    r#"{"id":1,"name":"Ada Lovelace","orders":2,"spent_cents":12350,"spent":"123.50","avatarBytes":8},"#,
+    r#"{"id":4,"name":"Katherine Johnson","orders":2,"spent_cents":11300,"spent":"113.00","avatarBytes":4}],"#,
+    r#""logs":["4 tables: customers, order_items, orders, products"]}"#,
+    "\n"
+);
+
+fn top_customers(extra: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["run", &examples().join("top-customers.js").display().to_string(), "--db", &shop()])
+        .args(extra)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn the_main_job_prints_the_top_customers() {
-    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["run", &examples().join("top-customers.js").display().to_string(), "--db", &shop()])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0));
-    assert_eq!(
-        String::from_utf8(output.stdout).unwrap(),
-        concat!(
-            r#"{"result":[{"id":2,"name":"Grace Hopper","orders":1,"spent_cents":13200,"spent":"132.00","avatarBytes":4},"#,
-            r#"{"id":1,"name":"Ada Lovelace","orders":2,"spent_cents":12350,"spent":"123.50","avatarBytes":8},"#,
-            r#"{"id":4,"name":"Katherine Johnson","orders":2,"spent_cents":11300,"spent":"113.00","avatarBytes":4}],"#,
-            r#""logs":["4 tables: customers, order_items, orders, products"]}"#,
-            "\n"
-        )
-    );
+    for engine in [&[][..], &["--engine", "quickjs"]] {
+        let output = top_customers(engine);
+        assert_eq!(output.status.code(), Some(0));
+        assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+    }
+}
+
+#[cfg(feature = "v8")]
+#[test]
+fn the_main_job_prints_the_same_top_customers_on_v8() {
+    let output = top_customers(&["--engine", "v8"]);
+    assert_eq!(output.status.code(), Some(0), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+    let output = top_customers(&["--engine", "v8", "--isolation", "process"]);
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+}
+
+#[test]
+fn an_engine_this_build_lacks_is_refused_with_exit_code_2() {
+    let built_in = if cfg!(feature = "v8") { "quickjs, v8" } else { "quickjs" };
+    let program = examples().join("top-customers.js").display().to_string();
+    for command in
+        [&["run", &program][..], &["stdio"], &["serve", "--listen", "unix:/nonexistent/codemode.sock"]]
+    {
+        let unknown = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(command)
+            .args(["--engine", "spidermonkey"])
+            .output()
+            .unwrap();
+        assert_eq!(unknown.status.code(), Some(2), "{command:?}");
+        assert_eq!(
+            String::from_utf8(unknown.stderr).unwrap(),
+            format!("codemode: unknown engine \"spidermonkey\"; built in: {built_in}\n"),
+            "{command:?}"
+        );
+        if cfg!(feature = "v8") {
+            continue;
+        }
+        let v8 = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(command)
+            .args(["--engine", "v8"])
+            .output()
+            .unwrap();
+        assert_eq!(v8.status.code(), Some(2), "{command:?}");
+        assert_eq!(
+            String::from_utf8(v8.stderr).unwrap(),
+            "codemode: this build has no V8 engine: build with `--features v8`; built in: quickjs\n",
+            "{command:?}"
+        );
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{Daemon, DaemonConfig, TlsFiles};
-use codemode_executor::{Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 
 #[derive(Parser)]
 #[command(
@@ -46,10 +46,15 @@ enum Command {
         /// Where the program runs: in this process, or in a worker process killed on overrun.
         #[arg(long, value_enum, default_value_t = IsolationArg::InProcess)]
         isolation: IsolationArg,
+        #[command(flatten)]
+        engine: EngineArg,
     },
     /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
     /// message per line), for conformance runners, process isolation and other hosts.
-    Stdio,
+    Stdio {
+        #[command(flatten)]
+        engine: EngineArg,
+    },
     /// Serve the executor as a daemon: every call travels back over the connection.
     Serve {
         /// unix:/path/to.sock, or tcp:HOST:PORT (plain TCP only on a loopback address).
@@ -73,7 +78,29 @@ enum Command {
         /// Log JSON lines instead of text lines.
         #[arg(long)]
         json_logs: bool,
+        #[command(flatten)]
+        engine: EngineArg,
     },
+}
+
+/// `--engine`, read with `EngineKind`'s own parser so an engine this build lacks is
+/// refused with its text (exit code 2).
+#[derive(clap::Args)]
+struct EngineArg {
+    /// The JavaScript engine: quickjs, or v8 in a build with the `v8` feature.
+    #[arg(long = "engine", value_name = "NAME", default_value = "quickjs")]
+    name: String,
+}
+
+impl EngineArg {
+    fn kind(&self) -> Result<EngineKind, String> {
+        self.name.parse()
+    }
+}
+
+/// The executor's default configuration on `engine`.
+fn config(engine: EngineKind) -> ExecutorConfig {
+    ExecutorConfig { engine, ..ExecutorConfig::default() }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -102,7 +129,12 @@ fn main() -> ExitCode {
             max_executions,
             max_frame_bytes,
             json_logs,
+            engine,
         } => {
+            let engine = match engine.kind() {
+                Ok(engine) => engine,
+                Err(problem) => return usage_error(problem),
+            };
             let token = match token_file.map(|path| {
                 std::fs::read_to_string(&path)
                     .map(|t| t.trim().to_owned())
@@ -119,20 +151,27 @@ fn main() -> ExitCode {
             };
             let tls = tls_cert.zip(tls_key).map(|(cert, key)| TlsFiles { cert, key });
             let config = DaemonConfig { listen, token, tls, max_executions, max_frame_bytes, json_logs };
-            match serve(config) {
+            match serve(config, engine) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(problem) => usage_error(problem),
             }
         }
-        Command::Stdio => match stdio() {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(message) => {
-                eprintln!("codemode stdio: {message}");
-                ExitCode::FAILURE
-            }
+        Command::Stdio { engine } => match engine.kind() {
+            Err(problem) => usage_error(problem),
+            Ok(engine) => match stdio(engine) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    eprintln!("codemode stdio: {message}");
+                    ExitCode::FAILURE
+                }
+            },
         },
-        Command::Run { program, db, fixture, timeout_ms, memory_limit_bytes, isolation } => {
-            match run(program, db, fixture, timeout_ms, memory_limit_bytes, isolation) {
+        Command::Run { program, db, fixture, timeout_ms, memory_limit_bytes, isolation, engine } => {
+            let engine = match engine.kind() {
+                Ok(engine) => engine,
+                Err(problem) => return usage_error(problem),
+            };
+            match run(program, db, fixture, timeout_ms, memory_limit_bytes, isolation, engine) {
                 Ok(code) => code,
                 Err(message) => {
                     eprintln!("codemode: {message}");
@@ -148,25 +187,26 @@ fn usage_error(problem: String) -> ExitCode {
     ExitCode::from(2)
 }
 
-fn serve(config: DaemonConfig) -> Result<(), String> {
+fn serve(config: DaemonConfig, engine: EngineKind) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
         let daemon = Daemon::bind(config).await?;
-        daemon.serve(Executor::default()).await
+        daemon.serve(Executor::new(self::config(engine))).await
     })
 }
 
-fn stdio() -> Result<(), String> {
+fn stdio(engine: EngineKind) -> Result<(), String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
         let input = tokio::io::BufReader::new(tokio::io::stdin());
-        codemode_executor::wire::server::serve(Executor::default(), input, tokio::io::stdout()).await
+        codemode_executor::wire::server::serve(Executor::new(config(engine)), input, tokio::io::stdout())
+            .await
     })
 }
 
@@ -177,6 +217,7 @@ fn run(
     timeout_ms: Option<u64>,
     memory_limit_bytes: Option<usize>,
     isolation: IsolationArg,
+    engine: EngineKind,
 ) -> Result<ExitCode, String> {
     let code = std::fs::read_to_string(&program).map_err(|e| {
         format!("cannot read the program {}: {e}. Pass the path of a .js file.", program.display())
@@ -204,10 +245,11 @@ fn run(
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let mut config = ExecutorConfig::default();
+    let mut config = config(engine);
     if isolation == IsolationArg::Process {
         let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-        config.isolation = Isolation::Process(WorkerCommand { program, args: vec!["stdio".to_owned()] });
+        let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
+        config.isolation = Isolation::Process(WorkerCommand { program, args });
         config.workers = 1;
     }
     let executor = Executor::new(config);
