@@ -1,11 +1,13 @@
-//! Implementations under test: the built-in executor in-process, or any program that
-//! speaks the wire protocol on stdin and stdout.
+//! Implementations under test: the built-in executor in-process on an engine, any program
+//! that speaks the wire protocol on stdin and stdout, a daemon to connect to, and the
+//! built-in daemon (`codemode serve`) started for the run.
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use codemode_executor::{Executor, Request};
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Request};
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
 use codemode_protocol::{Dispatch, ExecuteRequest, Outcome};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -28,15 +30,26 @@ pub trait Implementation: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>>;
 }
 
-/// The built-in executor, in this process.
+/// The built-in executor, in this process, on one engine.
 pub struct InProcess {
+    name: String,
+    engine: EngineKind,
     executor: Executor,
 }
 
 impl InProcess {
-    /// The built-in executor with its default configuration.
+    /// The built-in executor with its default configuration (QuickJS).
     pub fn new() -> InProcess {
-        InProcess { executor: Executor::default() }
+        InProcess::with_engine(EngineKind::default())
+    }
+
+    /// The built-in executor with its default configuration on `engine`.
+    pub fn with_engine(engine: EngineKind) -> InProcess {
+        InProcess {
+            name: format!("built-in on {}, in-process", engine.name()),
+            engine,
+            executor: Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() }),
+        }
     }
 }
 
@@ -48,11 +61,11 @@ impl Default for InProcess {
 
 impl Implementation for InProcess {
     fn name(&self) -> &str {
-        "built-in (in-process)"
+        &self.name
     }
 
     fn engine(&self) -> &str {
-        "quickjs"
+        self.engine.name()
     }
 
     fn run<'a>(
@@ -78,7 +91,7 @@ impl Implementation for InProcess {
 pub struct Subprocess {
     name: String,
     engine: String,
-    program: String,
+    program: PathBuf,
     args: Vec<String>,
 }
 
@@ -88,7 +101,24 @@ impl Subprocess {
         let mut words = command.split_whitespace().map(str::to_owned);
         let program =
             words.next().ok_or("--executor-cmd is empty; give the command that starts the executor")?;
-        Ok(Subprocess { name: command.to_owned(), engine: engine.to_owned(), program, args: words.collect() })
+        Ok(Subprocess {
+            name: command.to_owned(),
+            engine: engine.to_owned(),
+            program: PathBuf::from(program),
+            args: words.collect(),
+        })
+    }
+
+    /// The built-in executor behind the wire protocol: `codemode stdio --engine NAME`, with
+    /// `codemode` the binary at that path.
+    pub fn codemode_stdio(codemode: &Path, engine: EngineKind) -> Subprocess {
+        let args = vec!["stdio".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
+        Subprocess {
+            name: format!("codemode {}", args.join(" ")),
+            engine: engine.name().to_owned(),
+            program: codemode.to_path_buf(),
+            args,
+        }
     }
 }
 
@@ -113,7 +143,7 @@ impl Implementation for Subprocess {
                 .stdout(std::process::Stdio::piped())
                 .kill_on_drop(true)
                 .spawn()
-                .map_err(|e| format!("cannot start {}: {e}", self.program))?;
+                .map_err(|e| format!("cannot start {}: {e}", self.program.display()))?;
             let mut stdin = child.stdin.take().ok_or("no stdin")?;
             let mut lines = BufReader::new(child.stdout.take().ok_or("no stdout")?).lines();
             let send = |message: ClientMessage| {
@@ -219,5 +249,114 @@ impl Implementation for Remote {
             keep_for_grace(retained);
             Ok(outcome)
         })
+    }
+}
+
+/// Where a started daemon listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Listen {
+    /// A Unix socket at this path (removed when the daemon is dropped).
+    Unix(PathBuf),
+    /// Plain TCP on a free loopback port, with this token (written to `token_file` for
+    /// `--token-file`, and removed when the daemon is dropped).
+    Tcp {
+        /// The token every client presents.
+        token: String,
+        /// The file it is handed to the daemon in.
+        token_file: PathBuf,
+    },
+}
+
+/// The built-in daemon, `codemode serve --engine NAME --listen ...`, started by the
+/// runner and reached with `RemoteExecutor`; killed when dropped.
+pub struct Served {
+    name: String,
+    remote: Remote,
+    _child: tokio::process::Child,
+    leftovers: Vec<PathBuf>,
+}
+
+/// How long a started daemon may take to say it listens.
+const LISTEN_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Served {
+    /// Start `codemode serve` (the binary at `codemode`) on `engine`, wait until it says
+    /// it listens, and connect.
+    pub async fn start(codemode: &Path, engine: EngineKind, listen: Listen) -> Result<Served, String> {
+        let mut args = vec!["serve".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
+        let (token, leftovers) = match &listen {
+            Listen::Unix(path) => {
+                args.extend(["--listen".to_owned(), format!("unix:{}", path.display())]);
+                (None, vec![path.clone()])
+            }
+            Listen::Tcp { token, token_file } => {
+                std::fs::write(token_file, format!("{token}\n"))
+                    .map_err(|e| format!("cannot write the token file {}: {e}", token_file.display()))?;
+                args.extend([
+                    "--listen".to_owned(),
+                    "tcp:127.0.0.1:0".to_owned(),
+                    "--token-file".to_owned(),
+                    token_file.display().to_string(),
+                ]);
+                (Some(token.clone()), vec![token_file.clone()])
+            }
+        };
+        let mut child = tokio::process::Command::new(codemode)
+            .args(&args)
+            .arg("--json-logs")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", codemode.display()))?;
+        let command = format!("codemode {}", args.join(" "));
+        let mut lines = BufReader::new(child.stderr.take().ok_or("no stderr")?).lines();
+        let mut said = Vec::new();
+        let address = tokio::time::timeout(LISTEN_WAIT, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let event: Option<serde_json::Value> = serde_json::from_str(&line).ok();
+                match event.as_ref().filter(|e| e["event"] == "listening").and_then(|e| e["address"].as_str())
+                {
+                    Some(address) => return Some(address.to_owned()),
+                    None => said.push(line),
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten()
+        .ok_or_else(|| format!("`{command}` did not start listening: {}", said.join("\n")))?;
+        // Its log lines go on being read, so the daemon never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let remote = Remote::connect(&address, token.as_deref(), engine.name()).await?;
+        Ok(Served { name: format!("{command} (at {address})"), remote, _child: child, leftovers })
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        for path in &self.leftovers {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl Implementation for Served {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn engine(&self) -> &str {
+        self.remote.engine()
+    }
+
+    fn run<'a>(
+        &'a self,
+        request: ExecuteRequest,
+        host: Host,
+    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
+        self.remote.run(request, host)
     }
 }

@@ -6,7 +6,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use codemode_conformance::{Implementation, InProcess, Remote, Subprocess, load_dir, run_case};
+use codemode_conformance::{
+    ExpectedFailure, Implementation, InProcess, Remote, Subprocess, Verdict, judge, load_dir,
+    load_expected_failures, run_case,
+};
 
 const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--executor-cmd \"CMD ARGS\" | --connect ADDRESS [--token-file FILE]] [--engine NAME] [--json]
   --transcripts DIR   a directory of transcript files (*.json); may be given several times
@@ -14,7 +17,8 @@ const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--execu
   --executor-cmd CMD  a program speaking the wire protocol on stdin/stdout (default: the built-in executor in-process)
   --connect ADDRESS   a daemon (codemode serve) at unix:PATH or tcp:HOST:PORT
   --token-file FILE   the daemon's token
-  --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs)
+  --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs); in-process,
+                      the engine the built-in executor runs (quickjs, or v8 in a build with it)
   --expected-failures FILE
                       a JSON list of {\"transcript\": file name, \"reason\": why} this implementation is
                       known to fail; such a case that passes fails the run, so the list cannot go stale
@@ -28,14 +32,6 @@ struct Args {
     expected_failures: Option<PathBuf>,
     connect: Option<String>,
     token_file: Option<PathBuf>,
-}
-
-/// A case an implementation is known to fail, and why.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExpectedFailure {
-    transcript: String,
-    reason: String,
 }
 
 fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -93,12 +89,10 @@ fn main() -> ExitCode {
     }
     let expected: Vec<ExpectedFailure> = match &args.expected_failures {
         None => Vec::new(),
-        Some(path) => match std::fs::read_to_string(path).map_err(|e| e.to_string()).and_then(|text| {
-            serde_json::from_str(&text).map_err(|e| format!("not a list of {{transcript, reason}}: {e}"))
-        }) {
+        Some(path) => match load_expected_failures(path) {
             Ok(list) => list,
             Err(problem) => {
-                eprintln!("codemode-conformance: {}: {problem}", path.display());
+                eprintln!("codemode-conformance: {problem}");
                 return ExitCode::from(2);
             }
         },
@@ -134,25 +128,28 @@ fn main() -> ExitCode {
                 }
             }
         }
-        (None, None) => Box::new(InProcess::new()),
+        (None, None) => match args.engine.parse() {
+            Ok(engine) => Box::new(InProcess::with_engine(engine)),
+            Err(problem) => {
+                eprintln!("codemode-conformance: {problem}");
+                return ExitCode::from(2);
+            }
+        },
     };
     let (mut passed, mut failed) = (0, 0);
     for (path, transcript) in &cases {
         let file = path.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
         let result = runtime.block_on(run_case(implementation.as_ref(), transcript));
-        let result = match (expected.iter().find(|e| e.transcript == file), result) {
-            (None, result) => result,
-            (Some(known), Err(_)) => {
-                println!("xfail {file}: {} (expected: {})", transcript.name, known.reason);
+        let known = expected.iter().find(|e| e.transcript == file);
+        let list = args.expected_failures.as_deref().map(|p| p.display().to_string()).unwrap_or_default();
+        let result = match judge(result, known, &list) {
+            Verdict::Pass => Ok(()),
+            Verdict::ExpectedFailure { reason, .. } => {
+                println!("xfail {file}: {} (expected: {reason})", transcript.name);
                 passed += 1;
                 continue;
             }
-            (Some(known), Ok(())) => Err(codemode_conformance::Failure {
-                message: format!(
-                    "listed as an expected failure ({}) but it passes: remove it from the list",
-                    known.reason
-                ),
-            }),
+            Verdict::Fail(failure) => Err(failure),
         };
         if args.json {
             let line = serde_json::json!({
