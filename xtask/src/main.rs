@@ -71,7 +71,19 @@ fn ci() -> Result<(), String> {
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     cargo(&["test", "--workspace"])?;
     schema(true)?;
-    node_peer()
+    node_peer()?;
+    // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
+    // and only where its prebuilt library is at hand.
+    if std::env::var_os("RUSTY_V8_ARCHIVE").is_none() {
+        eprintln!("xtask: RUSTY_V8_ARCHIVE is not set: the V8 engine tests do not run (see docs/engines.md)");
+        return Ok(());
+    }
+    eprintln!("xtask: the engine suite on every engine built in, V8 included");
+    cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
+    eprintln!(
+        "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"
+    );
+    cargo(&["test", "-p", "codemode-conformance", "--features", "v8"])
 }
 
 /// The conformance suite against the Node peer, an executor written apart on V8.
