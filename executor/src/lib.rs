@@ -53,4 +53,5 @@ pub use request::Request;
 #[doc = include_str!("../../docs/tools.md")]
 #[doc = include_str!("../../docs/network.md")]
 #[doc = include_str!("../../docs/daemon.md")]
+#[doc = include_str!("../../README.md")]
 pub struct Guides;
