@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod builtins_interrupt;
 mod deadlines;
 mod exact;
 mod globals;

@@ -13,7 +13,7 @@ const IDLE_WITHIN: Duration = Duration::from_secs(1);
 
 /// Runs `code` with the timeout, checks the timeout outcome, and waits for the engine to go.
 async fn stops_at_the_deadline(name: &str, code: &str) {
-    let executor = Executor::new(ExecutorConfig { workers: 2, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() });
     let started = Instant::now();
     let deadline = started + TIMEOUT;
     let outcome = executor.execute(Request::new(format!("async () => {{ {code} }}")).timeout(TIMEOUT)).await;
@@ -29,7 +29,7 @@ async fn stops_at_the_deadline(name: &str, code: &str) {
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    // The figure the issue asks for; `cargo test --test builtins_interrupt -- --nocapture`.
+    // The figure the issue asks for; `cargo test --test engines builtins_interrupt -- --nocapture`.
     let idle = Instant::now().saturating_duration_since(deadline);
     println!("{name}: engine idle {} ms after the deadline", idle.as_millis());
 }
