@@ -331,7 +331,8 @@ impl Served {
         // Its log lines go on being read, so the daemon never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         let remote = Remote::connect(&address, token.as_deref(), engine.name()).await?;
-        Ok(Served { name: format!("{command} (at {address})"), remote, _child: child, leftovers })
+        let name = format!("codemode serve --engine {} at {address}", engine.name());
+        Ok(Served { name, remote, _child: child, leftovers })
     }
 }
 
