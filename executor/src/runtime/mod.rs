@@ -31,7 +31,7 @@ use crate::watchdog::Watchdog;
 use calls::Calls;
 use timers::Timers;
 
-/// How long a retained engine's timer callback may run once the run has settled.
+/// How long a retained engine's callback (a timer, a call's answer) may run once the run has settled.
 const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
 
 /// What the host budget is charged for each thing it holds beyond its bytes.
@@ -567,7 +567,7 @@ impl<E: Engine> Execution<E> {
         if !self.state.borrow_mut().finish_call(call) {
             return;
         }
-        self.turn(|execution| {
+        self.callback_turn(|execution| {
             let (Some(engine), Some(handles)) = (execution.engine.as_mut(), execution.handles.as_ref())
             else {
                 return Err(Failure::Gone);
@@ -592,6 +592,29 @@ impl<E: Engine> Execution<E> {
         });
     }
 
+    /// A turn for a callback (an answer, a timer). Once the run has ended, such a callback
+    /// runs in a retained engine: the watchdog stops the engine if it overruns its budget.
+    fn callback_turn(&mut self, f: impl FnOnce(&mut Self) -> Result<(), Failure<E::Value>>) {
+        let late = self.settlement.is_some() || self.reported;
+        if late {
+            let token = self.control.late_callbacks.fetch_add(1, Ordering::AcqRel) + 1;
+            let control = self.control.clone();
+            self.watchdog.at(
+                Instant::now() + LATE_CALLBACK_BUDGET,
+                None,
+                Box::new(move || {
+                    if control.late_callbacks.load(Ordering::Acquire) == token {
+                        control.stop();
+                    }
+                }),
+            );
+        }
+        self.turn(f);
+        if late {
+            self.control.late_callbacks.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
     fn fire_due_timers(&mut self) {
         let now = Instant::now();
         loop {
@@ -599,21 +622,7 @@ impl<E: Engine> Execution<E> {
                 return;
             }
             let Some(id) = self.state.borrow_mut().timers.take_due(now) else { return };
-            let late = self.settlement.is_some() || self.reported;
-            if late {
-                let token = self.control.late_callbacks.fetch_add(1, Ordering::AcqRel) + 1;
-                let control = self.control.clone();
-                self.watchdog.at(
-                    Instant::now() + LATE_CALLBACK_BUDGET,
-                    None,
-                    Box::new(move || {
-                        if control.late_callbacks.load(Ordering::Acquire) == token {
-                            control.stop();
-                        }
-                    }),
-                );
-            }
-            self.turn(|execution| {
+            self.callback_turn(|execution| {
                 let (Some(engine), Some(handles)) = (execution.engine.as_mut(), execution.handles.as_ref())
                 else {
                     return Err(Failure::Gone);
@@ -621,9 +630,6 @@ impl<E: Engine> Execution<E> {
                 let args = [Arg::Host(HostValue::Number(4.0)), Arg::Host(HostValue::Number(id as f64))];
                 engine.call(&handles.prelude.receive, &args).map(drop).map_err(Failure::from)
             });
-            if late {
-                self.control.late_callbacks.fetch_add(1, Ordering::AcqRel);
-            }
             self.state.borrow_mut().rearm_timer(id);
             self.report();
             if self.engine.is_none() {
