@@ -153,7 +153,7 @@ struct Prelude<V> {
     receive: V,
     finish: V,
     describe: V,
-    is_refusal: V,
+    refusal_text: V,
 }
 
 /// The JavaScript values an execution holds; dropped before its engine.
@@ -316,7 +316,7 @@ impl<E: Engine> Execution<E> {
             receive: export(engine, 0)?,
             finish: export(engine, 2)?,
             describe: export(engine, 3)?,
-            is_refusal: export(engine, 4)?,
+            refusal_text: export(engine, 4)?,
         };
         let start = export(engine, 1)?;
         self.handles = Some(Handles { prelude, run: None, unhandled: HashMap::new(), next_rejection: 0 });
@@ -408,8 +408,13 @@ impl<E: Engine> Execution<E> {
         if self.engine.as_mut().is_some_and(|engine| engine.is_out_of_memory(value)) {
             return Settlement::memory(&self.state.borrow().budget);
         }
-        let kind = if self.is_refusal(value) { OutcomeKind::Payload } else { OutcomeKind::Thrown };
-        Settlement::Failed(kind, self.describe(value))
+        let refusal = self.refusal_text(value);
+        let text = self.describe(value);
+        // A refusal is the executor's only with its text as made: a program that caught one
+        // and rethrew it with a message of its own threw its own text.
+        let bound = self.state.borrow().limits.max_result_bytes;
+        let refused = refusal.is_some_and(|refusal| bound_error_text(refusal, bound) == text);
+        Settlement::Failed(if refused { OutcomeKind::Payload } else { OutcomeKind::Thrown }, text)
     }
 
     fn describe(&mut self, value: &E::Value) -> String {
@@ -433,14 +438,15 @@ impl<E: Engine> Execution<E> {
         bound_error_text(text, bound)
     }
 
-    fn is_refusal(&mut self, value: &E::Value) -> bool {
+    /// The text of the refusal `value` is, when it is one the runtime made.
+    fn refusal_text(&mut self, value: &E::Value) -> Option<String> {
         let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else {
-            return false;
+            return None;
         };
-        matches!(
-            engine.call(&handles.prelude.is_refusal, &[Arg::Value(value)]).map(|v| engine.read(&v)),
-            Ok(HostValue::Bool(true))
-        )
+        match engine.call(&handles.prelude.refusal_text, &[Arg::Value(value)]).map(|v| engine.read(&v)) {
+            Ok(HostValue::String(text)) => Some(text),
+            _ => None,
+        }
     }
 
     /// Read the run's promise natively; settle once it is no longer pending.

@@ -19,9 +19,9 @@ const isError = Error.isError;
 const jsonStringify = JSON.stringify;
 const jsonParse = JSON.parse;
 const mathTrunc = Math.trunc;
-const WeakSetConstructor = WeakSet;
-const weakSetAdd = WeakSet.prototype.add;
-const weakSetHas = WeakSet.prototype.has;
+const WeakMapConstructor = WeakMap;
+const weakMapGet = WeakMap.prototype.get;
+const weakMapSet = WeakMap.prototype.set;
 const isView = ArrayBuffer.isView;
 const isArray = Array.isArray;
 const objectEntries = Object.entries;
@@ -46,11 +46,12 @@ const opBase64ToBytes = ops.base64ToBytes;
 const resolved = (value) => apply(promiseResolve, PromiseConstructor, [value]);
 const rejected = (error) => apply(promiseReject, PromiseConstructor, [error]);
 
-// Errors the runtime made for a call a bound refused; a run ending with one is a payload outcome.
-const refusals = new WeakSetConstructor();
+// Errors the runtime made for a call a bound refused, with their texts; a run ending with
+// one, its text as made, is a payload outcome.
+const refusals = new WeakMapConstructor();
 const refuse = (text) => {
   const error = new ErrorConstructor(text);
-  apply(weakSetAdd, refusals, [error]);
+  apply(weakMapSet, refusals, [error, text]);
   return rejected(error);
 };
 
@@ -95,7 +96,8 @@ const describe = (thrown) => {
     return texts.unprintable;
   }
 };
-const isRefusal = (thrown) => apply(weakSetHas, refusals, [thrown]);
+// The text a refusal was made with; undefined for anything else.
+const refusalText = (thrown) => apply(weakMapGet, refusals, [thrown]);
 
 // One console argument by the outcome rules.
 const field = (object, name) => {
@@ -323,7 +325,7 @@ for (const name of texts.webGlobals) {
 }
 
 // What the runtime calls. `receive` delivers answers and fires timers; `start` runs the
-// entry scope; `finish` writes a result; `describe` and `isRefusal` read a thrown value.
+// entry scope; `finish` writes a result; `describe` and `refusalText` read a thrown value.
 let stringify;
 const receive = (what, id, a, b, c) => {
   if (what === 4) {
@@ -352,4 +354,4 @@ const finish = (value) => {
   if (typeof json !== 'string') return undefined;
   return json.length > maxResultBytes ? false : json;
 };
-return [receive, start, finish, describe, isRefusal];
+return [receive, start, finish, describe, refusalText];

@@ -18,7 +18,7 @@ pub(super) const WEB_GLOBALS: &[&str] = &[
 ];
 
 /// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound) => [receive,
-/// start, finish, describe, isRefusal]`.
+/// start, finish, describe, refusalText]`.
 pub(super) fn source() -> String {
     let texts = serde_json::json!({
         "unprintable": texts::UNPRINTABLE_THROWN_VALUE,
