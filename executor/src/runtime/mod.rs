@@ -705,7 +705,11 @@ fn result_settlement(json: HostValue, max_bytes: usize) -> Settlement {
         HostValue::String(text) if text.len() > max_bytes => too_large(),
         HostValue::String(text) => match parse_for_dispatch(&text) {
             Ok(value) => Settlement::Returned(Some(value)),
-            Err(error) => Settlement::Failed(OutcomeKind::Internal, error.to_string()),
+            // The program's own data can read as a malformed binary tag (a look-alike object,
+            // or the codec's arrays broken through the prototypes): its result cannot be written.
+            Err(error) => {
+                Settlement::Failed(OutcomeKind::Thrown, bound_error_text(error.to_string(), max_bytes))
+            }
         },
         HostValue::Bool(false) => too_large(),
         _ => Settlement::Returned(None),
