@@ -513,6 +513,9 @@ impl<E: Engine> Execution<E> {
         budget.refund(floating.len() * REJECTION_HOST_COST);
         floating.sort_by_key(|(order, _, _)| *order);
         for (_, promise, reason) in floating {
+            if self.state.borrow().logs_stopped {
+                break; // past the log bound no line is kept: describing the rest would only run code
+            }
             if self.is_run(&promise) {
                 continue;
             }
