@@ -107,4 +107,3 @@ fn readme_has_two_commands_and_ci_runs_the_test_command() {
         commands[1]
     );
 }
-
