@@ -13,6 +13,7 @@ mod deadlines;
 mod exact;
 mod globals;
 mod guide;
+mod hostile;
 mod isolation;
 mod limits;
 mod network;
