@@ -108,6 +108,11 @@ async fn a_throw_is_the_error() {
         outcome(Request::new("async () => { throw new Error('boom') }")).await,
         r#"{"error":"boom","kind":"thrown","logs":[]}"#
     );
+    // A RangeError for a length that is wrong in itself is the program's own, not memory.
+    assert_eq!(
+        outcome(Request::new("async () => new Uint8Array(-1)")).await,
+        r#"{"error":"Invalid typed array length: -1","kind":"thrown","logs":[]}"#
+    );
     let outcome = run(Request::new("async () => { return 1 +* }")).await;
     assert!(outcome.to_json_string().contains(r#""kind":"syntax""#), "{}", outcome.to_json_string());
 }
@@ -135,6 +140,7 @@ async fn memory_bombs_end_with_the_memory_outcome_and_the_process_lives() {
         "async () => { let s = 'x'; while (true) s += s }",
         "async () => { const keep = []; while (true) keep.push(new ArrayBuffer(1 << 20)) }",
         "async () => { for (;;) { try { new ArrayBuffer(1 << 30) } catch {} } }",
+        "async () => new Uint8Array(2 ** 40)",
     ];
     for code in bombs {
         assert_eq!(
@@ -218,11 +224,24 @@ async fn the_cost_of_an_execution() {
         times.sort();
         times[50]
     }
+    fn resident_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        statm.split_whitespace().nth(1).and_then(|p| p.parse::<usize>().ok()).unwrap_or(0) * 4096
+    }
     for (engine, name) in [(EngineKind::V8, "v8"), (EngineKind::QuickJs, "quickjs")] {
         let blank = median(engine, 64 << 20).await;
         let fresh = median(engine, 32 << 20).await;
         eprintln!(
             "{name}: `async () => 1`, median of 100: {blank:?} (engine made ahead), {fresh:?} (made in the run)"
         );
+        let executor = Executor::new(ExecutorConfig { engine, workers: 1, ..Default::default() });
+        let before = resident_bytes();
+        let mut kept = Vec::new();
+        for _ in 0..50 {
+            kept.push(executor.execute_retained(Request::new("async () => 1")).await.1);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        eprintln!("{name}: resident memory per live engine: {} KiB", (resident_bytes() - before) / 50 / 1024);
+        drop(kept);
     }
 }

@@ -31,6 +31,9 @@ pub(crate) struct V8 {
     made: Made,
     stop: Arc<AtomicBool>,
     stack_limit_bytes: usize,
+    /// Built-ins this engine compiled without a code cache: their cache is made when the
+    /// engine ends, once the runtime has called (and V8 lazily compiled) their functions.
+    uncached: Vec<(Arc<builtins::Builtin>, v8::Global<v8::UnboundScript>)>,
 }
 
 /// An isolate and context made ahead of time with the default limits, for one execution.
@@ -85,6 +88,15 @@ impl Shared {
 
 impl Drop for V8 {
     fn drop(&mut self) {
+        let uncached = std::mem::take(&mut self.uncached);
+        if !uncached.is_empty() && !self.stopped() {
+            v8::scope!(let scope, &mut self.made.isolate);
+            for (builtin, script) in uncached {
+                if let Some(data) = v8::Local::new(scope, &script).create_code_cache() {
+                    builtin.keep_cache(data.to_vec());
+                }
+            }
+        }
         // Handles kept for the runtime go before the isolate that owns them.
         self.made.shared.clear();
     }
@@ -157,7 +169,7 @@ impl Engine for V8 {
             }
         };
         made.account.attach(setup.budget);
-        Ok(V8 { made, stop: setup.stop, stack_limit_bytes: setup.stack_limit_bytes })
+        Ok(V8 { made, stop: setup.stop, stack_limit_bytes: setup.stack_limit_bytes, uncached: Vec::new() })
     }
 
     fn evaluate_builtin(
@@ -167,7 +179,8 @@ impl Engine for V8 {
     ) -> Result<Handle, Thrown<Handle>> {
         let builtin = builtins::builtin(name, source);
         let cache = builtin.cache();
-        self.with(|scope, _| {
+        let mut uncached = Vec::new();
+        let value = self.with(|scope, _| {
             let text = convert::string(scope, &builtin.source)?;
             let origin = origin(scope, builtin.name)?;
             let (mut source, options) = match &cache {
@@ -193,14 +206,14 @@ impl Engine for V8 {
             if source.get_cached_data().is_some_and(|data| data.rejected()) {
                 builtin.drop_cache();
             }
-            let value = script.run(scope)?;
             if cache.is_none() {
-                if let Some(data) = script.get_unbound_script(scope).create_code_cache() {
-                    builtin.keep_cache(data.to_vec());
-                }
+                let unbound = script.get_unbound_script(scope);
+                uncached.push((builtin.clone(), v8::Global::new(scope, unbound)));
             }
-            Some(value)
-        })
+            script.run(scope)
+        });
+        self.uncached.append(&mut uncached);
+        value
     }
 
     fn evaluate(&mut self, source: &str) -> Result<Handle, Thrown<Handle>> {
@@ -408,12 +421,13 @@ fn origin<'s>(scope: &v8::PinScope<'s, '_>, name: &str) -> Option<v8::ScriptOrig
     Some(v8::ScriptOrigin::new(scope, name.into(), 0, 0, false, 0, None, false, false, false, None))
 }
 
-/// V8's own RangeError texts for a size it will not reach: the run is out of memory.
+/// V8's own RangeError texts for a size it will not reach: the run is out of memory. (A
+/// typed array's length past V8's longest is one; a negative or fractional one is not.)
 fn is_size_bound(message: &str) -> bool {
     matches!(message, "Array buffer allocation failed" | "Invalid string length")
         || message
             .strip_prefix("Invalid typed array length: ")
-            .is_some_and(|length| length.parse::<f64>().is_ok_and(|length| length >= 0.0))
+            .is_some_and(|length| length.parse::<f64>().is_ok_and(|n| n >= 0.0 && n.fract() == 0.0))
 }
 
 /// An op as V8 calls it: arguments copied out, the answer copied in, an `Err` thrown as an
