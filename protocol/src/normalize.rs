@@ -21,6 +21,17 @@ pub const EMPTY_PROGRAM: &str = "async () => {}";
 /// Languages a Markdown fence may name around the code (none at all is fine too).
 pub const FENCE_LANGUAGES: &[&str] = &["js", "javascript", "ts", "typescript"];
 
+/// The longest code accepted, in bytes: parsing is recursive, and its stack is sized to
+/// the code (below), so the bound keeps that stack within reason.
+pub const MAX_CODE_BYTES: usize = 1 << 20;
+
+/// Stack the parser may need per byte of code: one nesting level (`(`, `[`, `!`, `a ?`,
+/// `x =>`) costs at most this much in a debug build.
+const PARSER_STACK_PER_BYTE: usize = 2048;
+
+/// Stack the parser needs however short the code.
+const PARSER_STACK_BASE: usize = 256 * 1024;
+
 /// Code that fits no accepted form; its Display says where and what.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CodeSyntaxError {
@@ -69,6 +80,21 @@ impl std::error::Error for CodeSyntaxError {}
 ///   `typescript` or no language);
 /// - empty code: `async () => {}`.
 pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
+    if code.len() > MAX_CODE_BYTES {
+        let message = texts::CODE_TOO_LONG.fill(&[&code.len().to_string(), &MAX_CODE_BYTES.to_string()]);
+        return Err(CodeSyntaxError { line: 1, column: 1, message });
+    }
+    // Code nested 100,000 deep would overflow the caller's stack inside the parser: the
+    // parse runs on a stack sized to the code whenever the caller's may be too small.
+    let needed = PARSER_STACK_BASE + code.len() * PARSER_STACK_PER_BYTE;
+    if stacker::remaining_stack().is_some_and(|left| left >= needed) {
+        normalize_on_this_stack(code)
+    } else {
+        stacker::grow(needed, || normalize_on_this_stack(code))
+    }
+}
+
+fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
     let (fenced_start, end) = unfence(code);
     let untrimmed = &code[fenced_start..end];
     let body = untrimmed.trim();

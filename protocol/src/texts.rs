@@ -137,6 +137,11 @@ pub const BINARY_TAG_BAD_LENGTH: Template = Template(
 pub const CODE_SYNTAX_ERROR: Template =
     Template("SyntaxError in code at line {line}, column {column}: {message}");
 
+/// The message of a syntax error for code past `normalize::MAX_CODE_BYTES`.
+pub const CODE_TOO_LONG: Template = Template(
+    "the code is {bytes} bytes, over the limit of {limit} bytes for one program; send a shorter program",
+);
+
 /// The program tried to import a module; the sandbox loads none.
 pub const CODE_MODULE_SYNTAX: &str = "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";
 

@@ -74,3 +74,41 @@ proptest! {
         let _ = normalize_code(&format!("```js\n{code}"));
     }
 }
+
+/// Nesting the parser recurses on, 100,000 deep, on a thread with tokio's 2 MiB stack:
+/// each is an answer, never a stack overflow of the host.
+#[test]
+fn code_nested_any_depth_never_overflows_the_callers_stack() {
+    let n = 100_000;
+    let cases = [
+        format!("async () => {}1{}", "(".repeat(n), ")".repeat(n)),
+        format!("async () => {}1{}", "[".repeat(n), "]".repeat(n)),
+        format!("async () => {}1", "!".repeat(n)),
+        format!("async () => {}1", "-".repeat(2 * n).replace("--", "- -")),
+        format!("async () => {}0", "x => ".repeat(n)),
+        format!("async () => {}0{}", "a ? ".repeat(n), " : 1".repeat(n)),
+        format!("async () => {}1{}", "{a:".repeat(n), "}".repeat(n)),
+        format!("{}", "(".repeat(n)),
+    ];
+    for code in cases {
+        let head: String = code.chars().take(24).collect();
+        let outcome = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                codemode_protocol::normalize_code(&code).map(|s| s.len()).map_err(|e| e.message().to_owned())
+            })
+            .unwrap()
+            .join();
+        assert!(outcome.is_ok(), "{head}…: the parser panicked");
+    }
+}
+
+#[test]
+fn code_past_the_limit_is_refused_with_the_limit() {
+    let code = format!("async () => '{}'", "x".repeat(codemode_protocol::normalize::MAX_CODE_BYTES));
+    let error = codemode_protocol::normalize_code(&code).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "SyntaxError in code at line 1, column 1: the code is 1048590 bytes, over the limit of 1048576 bytes for one program; send a shorter program"
+    );
+}

@@ -51,6 +51,10 @@ fn the_codec_and_normalizer_texts_are_pinned() {
         CODE_MODULE_SYNTAX,
         "import and export are not available: the sandbox loads no modules. Reach data through the declared providers."
     );
+    assert_eq!(
+        CODE_TOO_LONG.fill(&["2000000", "1048576"]),
+        "the code is 2000000 bytes, over the limit of 1048576 bytes for one program; send a shorter program"
+    );
 }
 
 #[test]
