@@ -112,9 +112,6 @@ pub(crate) trait Engine: Sized {
     fn index(&mut self, array: &Self::Value, index: u32) -> Option<Self::Value>;
     /// A value as the host reads it (strings lossy; objects as `Undefined`).
     fn read(&mut self, value: &Self::Value) -> HostValue;
-    /// Whether a thrown value is the engine's own report of a size bound it keeps (an
-    /// allocation it refused, a string past its longest): the run is out of memory.
-    fn is_out_of_memory(&mut self, thrown: &Self::Value) -> bool;
     /// Whether two handles hold the same value (`===`).
     fn same(&mut self, a: &Self::Value, b: &Self::Value) -> bool;
     /// Run every queued microtask; stops early only when the engine is stopped.

@@ -405,7 +405,9 @@ impl<E: Engine> Execution<E> {
 
     /// The settlement of a run that threw `value`.
     fn thrown(&mut self, value: &E::Value) -> Settlement {
-        if self.engine.as_mut().is_some_and(|engine| engine.is_out_of_memory(value)) {
+        // Memory is the budget's latch alone: an error that merely reads like one (a
+        // program can throw `new RangeError('Invalid string length')`) is the program's.
+        if self.budget_exceeded() {
             return Settlement::memory(&self.state.borrow().budget);
         }
         let refusal = self.refusal_text(value);

@@ -160,18 +160,6 @@ impl Engine for QuickJs {
         })
     }
 
-    fn is_out_of_memory(&mut self, thrown: &Handle) -> bool {
-        self.context.with(|ctx| {
-            let Ok(value) = thrown.clone().restore(&ctx) else { return false };
-            let Some(error) = value.as_object().filter(|_| value.is_error()) else { return false };
-            let field =
-                |name: &str| error.get::<_, rquickjs::convert::Coerced<String>>(name).map(|c| c.0).ok();
-            // QuickJS's string-length bound (2^30 characters) guards memory as the allocator does.
-            field("name").as_deref() == Some("InternalError")
-                && matches!(field("message").as_deref(), Some("out of memory" | "string too long"))
-        })
-    }
-
     fn same(&mut self, a: &Handle, b: &Handle) -> bool {
         self.context.with(|ctx| match (a.clone().restore(&ctx), b.clone().restore(&ctx)) {
             (Ok(a), Ok(b)) => a == b,

@@ -286,28 +286,6 @@ impl Engine for V8 {
         })
     }
 
-    fn is_out_of_memory(&mut self, thrown: &Handle) -> bool {
-        if self.made.account.exceeded() {
-            return true;
-        }
-        self.enter(|scope| {
-            let value = v8::Local::new(scope, thrown);
-            if !value.is_native_error() {
-                return false;
-            }
-            let Ok(error) = v8::Local::<v8::Object>::try_from(value) else { return false };
-            let field = |name: &str| {
-                let key = v8::String::new(scope, name)?;
-                let value = error.get(scope, key.into())?;
-                let value = v8::Local::<v8::String>::try_from(value).ok()?;
-                Some(value.to_rust_string_lossy(scope))
-            };
-            let name = field("name");
-            let message = field("message");
-            name.as_deref() == Some("RangeError") && message.as_deref().is_some_and(is_size_bound)
-        })
-    }
-
     fn same(&mut self, a: &Handle, b: &Handle) -> bool {
         self.enter(|scope| {
             let a = v8::Local::new(scope, a);
@@ -419,15 +397,6 @@ impl V8 {
 fn origin<'s>(scope: &v8::PinScope<'s, '_>, name: &str) -> Option<v8::ScriptOrigin<'s>> {
     let name = convert::string(scope, name)?;
     Some(v8::ScriptOrigin::new(scope, name.into(), 0, 0, false, 0, None, false, false, false, None))
-}
-
-/// V8's own RangeError texts for a size it will not reach: the run is out of memory. (A
-/// typed array's length past V8's longest is one; a negative or fractional one is not.)
-fn is_size_bound(message: &str) -> bool {
-    matches!(message, "Array buffer allocation failed" | "Invalid string length")
-        || message
-            .strip_prefix("Invalid typed array length: ")
-            .is_some_and(|length| length.parse::<f64>().is_ok_and(|n| n >= 0.0 && n.fract() == 0.0))
 }
 
 /// An op as V8 calls it: arguments copied out, the answer copied in, an `Err` thrown as an
