@@ -222,7 +222,9 @@ async fn every_bound_has_a_per_request_override() {
         json(&calls),
         r#"{"result":"Too many tool calls in flight: the limit is 1. Await some before starting more.","logs":[]}"#
     );
-    let shallow = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(200) } catch (e) { return e.name } }")
+    // 48 KiB holds a few hundred frames on QuickJS; V8 raises it to the 64 KiB it needs
+    // to start, about a thousand frames. Neither reaches 5,000.
+    let shallow = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(5000) } catch (e) { return e.name } }")
         .stack_limit_bytes(48 * 1024))
     .await;
     assert_eq!(json(&shallow), r#"{"result":"RangeError","logs":[]}"#);
