@@ -78,6 +78,21 @@ fn ci() -> Result<(), String> {
         eprintln!("xtask: RUSTY_V8_ARCHIVE is not set: the V8 engine tests do not run (see docs/engines.md)");
         return Ok(());
     }
+    eprintln!("xtask: clippy on the V8 binding and its tests");
+    cargo(&[
+        "clippy",
+        "-p",
+        "codemode-executor",
+        "-p",
+        "codemode-conformance",
+        "--features",
+        "codemode-executor/v8,codemode-conformance/v8",
+        "--lib",
+        "--tests",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
     eprintln!("xtask: the engine suite on every engine built in, V8 included");
     cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
     eprintln!(
