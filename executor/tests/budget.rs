@@ -98,7 +98,7 @@ async fn logs_and_error_texts_are_bounded() {
     assert_eq!(
         outcome.error_text().unwrap(),
         format!(
-            "{} … [the error text was 60000000 bytes; the outcome keeps the first 1000]",
+            "{} … [the error text was 60000000 characters; the outcome keeps the first 1000 bytes]",
             "y".repeat(1000)
         )
     );

@@ -176,7 +176,7 @@ pub const LIMIT_ABOVE_CEILING: Template = Template(
 
 /// Appended to a thrown text the outcome cut short: how long it was and how much is kept.
 pub const ERROR_TEXT_TRUNCATED: Template =
-    Template(" … [the error text was {bytes} bytes; the outcome keeps the first {kept}]");
+    Template(" … [the error text was {length} characters; the outcome keeps the first {kept} bytes]");
 
 /// A log or diagnostic line: an engine kept running past its deadline and was given up.
 pub const ENGINE_UNSTOPPABLE: &str =

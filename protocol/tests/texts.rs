@@ -110,7 +110,7 @@ fn the_limit_refusal_and_engine_texts_are_pinned() {
     );
     assert_eq!(
         ERROR_TEXT_TRUNCATED.fill(&["1048576", "65536"]),
-        " \u{2026} [the error text was 1048576 bytes; the outcome keeps the first 65536]"
+        " \u{2026} [the error text was 1048576 characters; the outcome keeps the first 65536 bytes]"
     );
     assert_eq!(
         ENGINE_UNSTOPPABLE,

@@ -167,6 +167,20 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
             }
         })
     };
+    // A call whose text is past the payload bound in UTF-16 units: refused with that count,
+    // which is at most its bytes, without copying it out of the engine.
+    let refuse_large: Op = {
+        let shared = state.clone();
+        Rc::new(move |args| {
+            let units = number(&args, 0);
+            let units = if units.is_finite() && units > 0.0 { units as usize } else { 0 };
+            let state = shared.borrow();
+            Ok(HostValue::String(state.refusal(units).unwrap_or_else(|| {
+                let limit = state.limits.max_payload_bytes;
+                texts::PAYLOAD_TOO_LARGE.fill(&[&units.to_string(), &limit.to_string()])
+            })))
+        })
+    };
     let fetch: Op = {
         let shared = state.clone();
         Rc::new(move |mut args| {
@@ -253,6 +267,7 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
     });
     vec![
         ("call", call),
+        ("refuseLarge", refuse_large),
         ("fetch", fetch),
         ("timer", timer),
         ("clearTimer", clear_timer),

@@ -296,9 +296,15 @@ impl<E: Engine> Execution<E> {
         let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
         let ops = engine.native_object(&ops).map_err(Failure::from)?;
         let boot = engine.evaluate_builtin("codemode:prelude", prelude::source).map_err(Failure::from)?;
-        let (max_log, max_result, has_outbound) = {
+        let (max_log, max_result, has_outbound, max_payload) = {
             let state = self.state.borrow();
-            (state.limits.max_log_bytes, state.limits.max_result_bytes, state.host.outbound.is_some())
+            let limits = &state.limits;
+            (
+                limits.max_log_bytes,
+                limits.max_result_bytes,
+                state.host.outbound.is_some(),
+                limits.max_payload_bytes,
+            )
         };
         let exports = engine
             .call(
@@ -308,6 +314,7 @@ impl<E: Engine> Execution<E> {
                     Arg::Host(HostValue::Number(max_log as f64)),
                     Arg::Host(HostValue::Number(max_result as f64)),
                     Arg::Host(HostValue::Bool(has_outbound)),
+                    Arg::Host(HostValue::Number(max_payload as f64)),
                 ],
             )
             .map_err(Failure::from)?;
@@ -415,7 +422,7 @@ impl<E: Engine> Execution<E> {
         // A refusal is the executor's only with its text as made: a program that caught one
         // and rethrew it with a message of its own threw its own text.
         let bound = self.state.borrow().limits.max_result_bytes;
-        let refused = refusal.is_some_and(|refusal| bound_error_text(refusal, bound) == text);
+        let refused = refusal.is_some_and(|refusal| bound_error_text(refusal, bound, None) == text);
         Settlement::Failed(if refused { OutcomeKind::Payload } else { OutcomeKind::Thrown }, text)
     }
 
@@ -430,14 +437,24 @@ impl<E: Engine> Execution<E> {
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
         };
-        let text = match engine.call(&handles.prelude.describe, &[Arg::Value(value)]) {
-            Ok(text) => match engine.read(&text) {
-                HostValue::String(text) => text,
-                _ => texts::UNPRINTABLE_THROWN_VALUE.to_owned(),
+        let (text, length) = match engine.call(&handles.prelude.describe, &[Arg::Value(value)]) {
+            Ok(described) => match engine.read(&described) {
+                HostValue::String(text) => (text, None),
+                // [head, length]: a text past the bound, of which only the head was copied.
+                _ => {
+                    let head = engine.index(&described, 0).map(|head| engine.read(&head));
+                    let length = engine.index(&described, 1).map(|length| engine.read(&length));
+                    match (head, length) {
+                        (Some(HostValue::String(head)), Some(HostValue::Number(length))) => {
+                            (head, Some(length as usize))
+                        }
+                        _ => (texts::UNPRINTABLE_THROWN_VALUE.to_owned(), None),
+                    }
+                }
             },
-            Err(_) => texts::UNPRINTABLE_THROWN_VALUE.to_owned(),
+            Err(_) => (texts::UNPRINTABLE_THROWN_VALUE.to_owned(), None),
         };
-        bound_error_text(text, bound)
+        bound_error_text(text, bound, length)
     }
 
     /// The text of the refusal `value` is, when it is one the runtime made.
@@ -713,7 +730,7 @@ fn result_settlement(json: HostValue, max_bytes: usize) -> Settlement {
             // The program's own data can read as a malformed binary tag (a look-alike object,
             // or the codec's arrays broken through the prototypes): its result cannot be written.
             Err(error) => {
-                Settlement::Failed(OutcomeKind::Thrown, bound_error_text(error.to_string(), max_bytes))
+                Settlement::Failed(OutcomeKind::Thrown, bound_error_text(error.to_string(), max_bytes, None))
             }
         },
         HostValue::Bool(false) => too_large(),
@@ -721,12 +738,14 @@ fn result_settlement(json: HostValue, max_bytes: usize) -> Settlement {
     }
 }
 
-/// An error text longer than the result bound keeps its head and says how much was cut.
-fn bound_error_text(mut text: String, max_bytes: usize) -> String {
-    if text.len() <= max_bytes {
+/// An error text longer than the result bound keeps its head and says how long it was,
+/// in characters (UTF-16 units, as JavaScript counts them): `length` when only the head
+/// was copied out of the engine.
+fn bound_error_text(mut text: String, max_bytes: usize, length: Option<usize>) -> String {
+    if text.len() <= max_bytes && length.is_none() {
         return text;
     }
-    let total = text.len();
+    let total = length.unwrap_or_else(|| text.encode_utf16().count());
     let mut keep = max_bytes;
     while !text.is_char_boundary(keep) {
         keep -= 1;

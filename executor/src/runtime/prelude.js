@@ -1,7 +1,7 @@
 // The runtime's JavaScript side, the same on every engine: the host functions the codec
 // reads, console, timers, the web globals, and the helpers the runtime calls to settle a
 // run. prelude.rs wraps this body as `((texts) => (ops, maxLogBytes, maxResultBytes,
-// hasOutbound) => { ... })(texts)`. It runs before any provider or program source and
+// hasOutbound, maxPayloadBytes) => { ... })(texts)`. It runs before any provider or program source and
 // captures every intrinsic it uses, so a program that rewrites globals changes nothing here.
 'use strict';
 const global = globalThis;
@@ -60,6 +60,7 @@ const RegExpConstructor = RegExp;
 }
 
 const opCall = ops.call;
+const opRefuseLarge = ops.refuseLarge;
 const opFetch = ops.fetch;
 const opTimer = ops.timer;
 const opClearTimer = ops.clearTimer;
@@ -89,7 +90,13 @@ const later = (id) => new PromiseConstructor((resolve, reject) => { pending[id] 
 // An op answers a call with the answer itself (ready at once), an id (answered later), or
 // [text] (refused by a bound).
 const dispatch = function __dispatch(provider, tool, argsJson) {
-  const answer = opCall(StringConstructor(provider), StringConstructor(tool), StringConstructor(argsJson));
+  const p = StringConstructor(provider);
+  const t = StringConstructor(tool);
+  const a = StringConstructor(argsJson);
+  // Past the bound even in UTF-16 units, the call is refused before a byte is copied out.
+  const units = p.length + t.length + a.length;
+  if (units > maxPayloadBytes) return refuse(opRefuseLarge(units));
+  const answer = opCall(p, t, a);
   if (typeof answer === 'string') return resolved(answer);
   if (typeof answer === 'number') return later(answer);
   return refuse(answer[0]);
@@ -381,4 +388,10 @@ const finish = (value) => {
   if (typeof json !== 'string') return undefined;
   return json.length > maxResultBytes ? false : json;
 };
-return [receive, start, finish, describe, refusalText];
+// A thrown value's text as the runtime copies it out: past the result bound, only its
+// head crosses, with the whole text's length.
+const describeBounded = (thrown) => {
+  const text = describe(thrown);
+  return text.length > maxResultBytes ? [text.slice(0, maxResultBytes), text.length] : text;
+};
+return [receive, start, finish, describeBounded, refusalText];

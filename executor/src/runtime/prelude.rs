@@ -17,7 +17,7 @@ pub(super) const WEB_GLOBALS: &[&str] = &[
     "fetch",
 ];
 
-/// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound) => [receive,
+/// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => [receive,
 /// start, finish, describe, refusalText]`.
 pub(super) fn source() -> String {
     let texts = serde_json::json!({
@@ -25,5 +25,7 @@ pub(super) fn source() -> String {
         "networkClosed": texts::NETWORK_CLOSED,
         "webGlobals": WEB_GLOBALS,
     });
-    format!("((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound) => {{\n{PRELUDE}\n}})({texts})")
+    format!(
+        "((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => {{\n{PRELUDE}\n}})({texts})"
+    )
 }

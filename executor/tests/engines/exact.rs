@@ -79,3 +79,17 @@ async fn an_uncaught_refusal_is_a_payload_outcome() {
         r#"{"error":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","logs":[]}"#
     );
 }
+
+#[tokio::test]
+async fn a_call_past_the_payload_bound_is_refused_before_it_is_copied() {
+    let started = Instant::now();
+    let outcome = run(Request::new(
+        "async () => { try { await __dispatch('a', 'b', 'x'.repeat(2 ** 24)) } catch (e) { return e.message } }",
+    ))
+    .await;
+    assert_eq!(
+        json(&outcome),
+        r#"{"result":"Tool call payload is 16777218 bytes, over the limit of 8388608 bytes (provider, tool and arguments together). Send less per call.","logs":[]}"#
+    );
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}

@@ -203,7 +203,7 @@ async fn a_result_the_codec_cannot_write_is_thrown_never_internal() {
     // (Its JSON is 143 bytes, under the bound; the error text is 217, over it.)
     let text = codemode_protocol::texts::BINARY_TAG_UNKNOWN_KIND.fill(&[&"N".repeat(100)]);
     let cut = format!(
-        "{} … [the error text was {} bytes; the outcome keeps the first 160]",
+        "{} … [the error text was {} characters; the outcome keeps the first 160 bytes]",
         &text[..160],
         text.len()
     );
@@ -415,12 +415,12 @@ async fn results_and_error_texts_past_the_bound() {
     // Cut on a character boundary, and the cut says so.
     expect_with(
         request("async () => { throw new Error('aé'.repeat(10)) }").max_result_bytes(14).timeout(TIMEOUT),
-        r#"{"error":"aéaéaéaéa … [the error text was 30 bytes; the outcome keeps the first 13]","kind":"thrown","logs":[]}"#,
+        r#"{"error":"aéaéaéaéa … [the error text was 20 characters; the outcome keeps the first 13 bytes]","kind":"thrown","logs":[]}"#,
     )
     .await;
     expect_with(
         request("async () => { throw new Error('x') }").max_result_bytes(0).timeout(TIMEOUT),
-        r#"{"error":" … [the error text was 1 bytes; the outcome keeps the first 0]","kind":"thrown","logs":[]}"#,
+        r#"{"error":" … [the error text was 1 characters; the outcome keeps the first 0 bytes]","kind":"thrown","logs":[]}"#,
     )
     .await;
 }
