@@ -88,7 +88,7 @@ fn code_nested_any_depth_never_overflows_the_callers_stack() {
         format!("async () => {}0", "x => ".repeat(n)),
         format!("async () => {}0{}", "a ? ".repeat(n), " : 1".repeat(n)),
         format!("async () => {}1{}", "{a:".repeat(n), "}".repeat(n)),
-        format!("{}", "(".repeat(n)),
+        "(".repeat(n),
     ];
     for code in cases {
         let head: String = code.chars().take(24).collect();
