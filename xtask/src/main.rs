@@ -93,8 +93,8 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ])?;
-    eprintln!("xtask: the engine suite on every engine built in, V8 included");
-    cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
+    eprintln!("xtask: the engine suite on every engine built in, V8 included, and the CLI with --engine v8");
+    cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines", "--test", "cli"])?;
     eprintln!(
         "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"
     );
