@@ -32,6 +32,8 @@ const KNOWN_GAPS: &[(&str, &[&str], &str)] = &[(
         "json_stringify_of_200000_objects_in_a_loop",
         "json_parse_of_12_mb_in_a_loop",
         "typed_array_sort_in_a_loop",
+        // Stops, but about 0.8 s after the deadline on a quiet machine: too close to the bound.
+        "typed_array_fill_in_a_loop",
     ],
     "V8's builtins do not look for TerminateExecution inside their loops (the outcome still \
      arrives at the deadline; the thread runs on); run hostile programs on V8 under process isolation",

@@ -67,7 +67,8 @@ async fn dropping_an_execute_future_ends_its_engine_promptly() {
     assert!(tokio::time::timeout(Duration::from_millis(100), busy).await.is_err());
     let dropped = Instant::now();
     while executor.live_engines() > 0 {
-        assert!(dropped.elapsed() < Duration::from_secs(1), "the engine outlived its dropped execute");
+        // Promptly: milliseconds when the machine is quiet; the bound is for a loaded CI run.
+        assert!(dropped.elapsed() < Duration::from_secs(3), "the engine outlived its dropped execute");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(
