@@ -3,6 +3,7 @@
 use codemode_protocol::texts;
 
 const PRELUDE: &str = include_str!("prelude.js");
+const WEB: &str = include_str!("web.js");
 
 /// The globals the prelude builds on first touch; most programs use none of them.
 pub(super) const WEB_GLOBALS: &[&str] = &[
@@ -24,6 +25,7 @@ pub(super) fn source() -> String {
         "unprintable": texts::UNPRINTABLE_THROWN_VALUE,
         "networkClosed": texts::NETWORK_CLOSED,
         "webGlobals": WEB_GLOBALS,
+        "webSource": WEB,
     });
     format!(
         "((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => {{\n{PRELUDE}\n}})({texts})"
