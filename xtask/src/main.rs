@@ -51,6 +51,21 @@ fn cargo(args: &[&str]) -> Result<(), String> {
 /// Our benchmarks, then the peers on Node doing the same work, in one run.
 fn bench() -> Result<(), String> {
     cargo(&["bench", "-p", "codemode-executor"])?;
+    if std::env::var_os("RUSTY_V8_ARCHIVE").is_some() {
+        // The engines side by side, V8 included, and V8's memory per live execution.
+        cargo(&["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "engines"])?;
+        let status = Command::new(env!("CARGO"))
+            .args(["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "memory"])
+            .env("CODEMODE_BENCH_ENGINE", "v8")
+            .current_dir(root())
+            .status()
+            .map_err(|e| format!("could not run cargo: {e}"))?;
+        if !status.success() {
+            return Err(format!("the V8 memory bench failed ({status})"));
+        }
+    } else {
+        eprintln!("xtask: RUSTY_V8_ARCHIVE is not set: the benches run QuickJS only (see docs/engines.md)");
+    }
     let peers = root().join("executor/benches/peers");
     run_in(&peers, "npm", &["ci", "--no-audit", "--no-fund"])?;
     run_in(&peers, "node", &["peers.js"])
