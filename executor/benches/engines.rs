@@ -2,10 +2,12 @@
 //! engine built in, in one run, so the ratios in docs/performance.md come from one machine
 //! state. Build with `--features v8` for the V8 column.
 
+mod common;
+
 use std::time::Duration;
 
 use codemode_executor::{EngineKind, Executor, ExecutorConfig, Request};
-use codemode_protocol::{Bytes, ProviderDescriptor, ToolCall, parse_dispatch_arguments_as, result_envelope};
+use codemode_protocol::{ProviderDescriptor, ToolCall, result_envelope};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -16,25 +18,6 @@ fn one_call() -> Request {
     Request::new("async () => await store.one(1)")
         .provider(ProviderDescriptor::new("store", ["one"]))
         .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
-}
-
-fn hundred_calls() -> Request {
-    Request::new(
-        "async () => { let sum = 0; for (let i = 0; i < 100; i++) sum += await store.one(i); return sum }",
-    )
-    .provider(ProviderDescriptor::new("store", ["one"]))
-    .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
-}
-
-fn echo_bytes() -> Request {
-    Request::new(
-        "async () => { const sent = new Uint8Array(1 << 20).fill(7); const back = await store.echo(sent); return back.length }",
-    )
-    .provider(ProviderDescriptor::new("store", ["echo"]))
-    .dispatch(|call: ToolCall| async move {
-        let (bytes,): (Bytes,) = parse_dispatch_arguments_as(&call.args_json).unwrap_or_default();
-        result_envelope(&bytes).unwrap_or_default()
-    })
 }
 
 /// 10,000 records from a tool, filtered, grouped, summed and sorted: what a model's
@@ -81,8 +64,8 @@ fn benches(c: &mut Criterion) {
     let workloads: [(&str, Workload); 6] = [
         ("async () => 1", || Request::new("async () => 1")),
         ("one tool call", one_call),
-        ("100 sequential tool calls", hundred_calls),
-        ("1 MiB Uint8Array to dispatch and back", echo_bytes),
+        ("100 sequential tool calls", || common::calls(100)),
+        ("1 MiB Uint8Array to dispatch and back", common::echo_bytes),
         ("10,000 records filtered, grouped, sorted", records),
         ("a loop building 200,000 objects", compute),
     ];

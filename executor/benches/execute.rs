@@ -1,34 +1,15 @@
 //! Criterion benchmarks of the executor: a whole run, tool-call overhead, 1 MiB of bytes
 //! through one call, and runs per second with every core busy. `cargo xtask bench`.
 
+mod common;
+
 use std::time::Duration;
 
 use codemode_executor::{Executor, ExecutorConfig, Request};
-use codemode_protocol::{Bytes, ProviderDescriptor, ToolCall, parse_dispatch_arguments_as, result_envelope};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
-}
-
-fn calls(n: usize) -> Request {
-    let code = format!(
-        "async () => {{ let sum = 0; for (let i = 0; i < {n}; i++) sum += await store.one(i); return sum }}"
-    );
-    Request::new(code)
-        .provider(ProviderDescriptor::new("store", ["one"]))
-        .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
-}
-
-fn echo_bytes() -> Request {
-    Request::new(
-        "async () => { const sent = new Uint8Array(1 << 20).fill(7); const back = await store.echo(sent); return back.length }",
-    )
-    .provider(ProviderDescriptor::new("store", ["echo"]))
-    .dispatch(|call: ToolCall| async move {
-        let (bytes,): (Bytes,) = parse_dispatch_arguments_as(&call.args_json).unwrap();
-        result_envelope(&bytes).unwrap()
-    })
 }
 
 fn benches(c: &mut Criterion) {
@@ -73,7 +54,7 @@ fn benches(c: &mut Criterion) {
         b.iter(|| rt.block_on(isolated.execute(Request::new("async () => 1"))))
     });
     group.bench_function("100 sequential calls in a worker process", |b| {
-        b.iter(|| rt.block_on(isolated.execute(calls(100))))
+        b.iter(|| rt.block_on(isolated.execute(common::calls(100))))
     });
     group.finish();
 
@@ -99,7 +80,7 @@ fn benches(c: &mut Criterion) {
             b.iter(|| rt.block_on(remote.execute(Request::new("async () => 1"))))
         });
         group.bench_function(format!("100 sequential calls over a {name}"), |b| {
-            b.iter(|| rt.block_on(remote.execute(calls(100))))
+            b.iter(|| rt.block_on(remote.execute(common::calls(100))))
         });
     }
     group.finish();
@@ -107,7 +88,7 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("tool calls");
     for n in [0, 100] {
         group.bench_function(format!("{n} sequential calls in one run"), |b| {
-            b.iter(|| rt.block_on(one_worker.execute(calls(n))))
+            b.iter(|| rt.block_on(one_worker.execute(common::calls(n))))
         });
     }
     group.finish();
@@ -115,7 +96,7 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("bytes");
     group.measurement_time(Duration::from_secs(8));
     group.bench_function("1 MiB Uint8Array to dispatch and back", |b| {
-        b.iter(|| rt.block_on(one_worker.execute(echo_bytes())))
+        b.iter(|| rt.block_on(one_worker.execute(common::echo_bytes())))
     });
     group.finish();
 }

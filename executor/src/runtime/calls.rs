@@ -16,7 +16,7 @@ use codemode_protocol::{ToolCall, ToolNotFoundError, error_envelope, texts};
 
 use super::State;
 use crate::engine::{HostValue, Op};
-use crate::host::CallAnswer;
+use crate::host::{CallAnswer, Host};
 use crate::outbound::OutboundRequest;
 
 /// What the host budget is charged for a call in flight beyond its payload, and for a timer.
@@ -134,6 +134,30 @@ fn fetch_answer(answer: Result<crate::outbound::OutboundResponse, String>) -> Ho
     }
 }
 
+/// Let a call leave: refused by a bound (as `[text]`), answered at once (`ready` of the
+/// answer), or under way (its id).
+fn leave(
+    shared: &Rc<RefCell<State>>,
+    payload: usize,
+    start: impl FnOnce(&Host, u64) -> Option<CallAnswer>,
+    ready: impl FnOnce(CallAnswer) -> HostValue,
+) -> Result<HostValue, String> {
+    let mut state = shared.borrow_mut();
+    if let Some(text) = state.refusal(payload) {
+        return Ok(refused(text));
+    }
+    let Some(id) = state.open_call(payload) else { return Ok(refused(state.memory_text())) };
+    let host = state.host.clone();
+    drop(state);
+    match start(&host, id) {
+        Some(answer) => {
+            shared.borrow_mut().finish_call(id);
+            Ok(ready(answer))
+        }
+        None => Ok(HostValue::Number(id as f64)),
+    }
+}
+
 /// The ops the prelude receives, each closing over the execution's state.
 pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
     let call: Op = {
@@ -145,26 +169,18 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 take_string(&mut args, 2),
             );
             let payload = call.provider.len() + call.tool.len() + call.args_json.len();
-            let mut state = shared.borrow_mut();
-            if let Some(text) = state.refusal(payload) {
-                return Ok(refused(text));
-            }
-            if state.host.dispatch.is_none() {
+            if shared.borrow().host.dispatch.is_none() && shared.borrow().refusal(payload).is_none() {
                 return Ok(HostValue::String(error_envelope(&ToolNotFoundError::new(call.tool).to_string())));
             }
-            let Some(id) = state.open_call(payload) else { return Ok(refused(state.memory_text())) };
-            let host = state.host.clone();
-            drop(state);
-            match host.tool_call(id, call) {
-                Some(answer) => {
-                    shared.borrow_mut().finish_call(id);
-                    match answer {
-                        CallAnswer::Tool(text) => Ok(HostValue::String(text)),
-                        CallAnswer::Fetch(_) => Ok(HostValue::Undefined),
-                    }
-                }
-                None => Ok(HostValue::Number(id as f64)),
-            }
+            leave(
+                &shared,
+                payload,
+                |host, id| host.tool_call(id, call),
+                |answer| match answer {
+                    CallAnswer::Tool(text) => HostValue::String(text),
+                    CallAnswer::Fetch(_) => HostValue::Undefined,
+                },
+            )
         })
     };
     // A call whose text is past the payload bound in UTF-16 units: refused with that count,
@@ -192,26 +208,18 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 body: take_bytes(&mut args, 3),
             };
             let payload = request.url.len() + request.body.len();
-            let mut state = shared.borrow_mut();
-            if let Some(text) = state.refusal(payload) {
-                return Ok(refused(text));
-            }
-            if state.host.outbound.is_none() {
+            if shared.borrow().host.outbound.is_none() && shared.borrow().refusal(payload).is_none() {
                 return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
             }
-            let Some(id) = state.open_call(payload) else { return Ok(refused(state.memory_text())) };
-            let host = state.host.clone();
-            drop(state);
-            match host.fetch(id, request) {
-                Some(answer) => {
-                    shared.borrow_mut().finish_call(id);
-                    match answer {
-                        CallAnswer::Fetch(answer) => Ok(fetch_answer(answer)),
-                        CallAnswer::Tool(_) => Ok(HostValue::Undefined),
-                    }
-                }
-                None => Ok(HostValue::Number(id as f64)),
-            }
+            leave(
+                &shared,
+                payload,
+                |host, id| host.fetch(id, request),
+                |answer| match answer {
+                    CallAnswer::Fetch(answer) => fetch_answer(answer),
+                    CallAnswer::Tool(_) => HostValue::Undefined,
+                },
+            )
         })
     };
     let timer: Op = {
