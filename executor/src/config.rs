@@ -163,7 +163,7 @@ impl std::str::FromStr for EngineKind {
 /// Where executions run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum Isolation {
-    /// In this process, on the executor's worker threads (the default).
+    /// In this process, each execution on a thread of its own (the default).
     #[default]
     InProcess,
     /// Each execution in a worker process from a pool, killed on overrun, so a deadline

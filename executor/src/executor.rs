@@ -1,4 +1,4 @@
-//! `Executor::execute`: a request in, an outcome out, the program on a worker thread and
+//! `Executor::execute`: a request in, an outcome out, the program on an execution thread and
 //! its calls served on the caller's tokio runtime.
 
 use std::sync::Arc;

@@ -28,6 +28,22 @@ pub(crate) enum HostValue {
     Bytes(Vec<u8>),
     /// To the engine only: a fresh array.
     List(Vec<HostValue>),
+    /// To the engine only: the value of a built-in script of the runtime, compiled once per
+    /// process where the engine can (as [`Engine::evaluate_builtin`]), evaluated now.
+    Builtin(BuiltinScript),
+}
+
+/// A built-in script of the runtime, by name; its source is made on first use.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BuiltinScript {
+    pub(crate) name: &'static str,
+    pub(crate) source: fn() -> String,
+}
+
+impl PartialEq for BuiltinScript {
+    fn eq(&self, other: &BuiltinScript) -> bool {
+        self.name == other.name
+    }
 }
 
 impl HostValue {

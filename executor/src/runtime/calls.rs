@@ -15,7 +15,7 @@ use base64::engine::general_purpose::STANDARD;
 use codemode_protocol::{ToolCall, ToolNotFoundError, error_envelope, texts};
 
 use super::State;
-use crate::engine::{HostValue, Op};
+use crate::engine::{BuiltinScript, HostValue, Op};
 use crate::host::{CallAnswer, Host};
 use crate::outbound::OutboundRequest;
 
@@ -273,7 +273,11 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
             Err(_) => HostValue::Undefined,
         })
     });
+    let web_globals: Op = Rc::new(|_| {
+        Ok(HostValue::Builtin(BuiltinScript { name: "codemode:web", source: super::prelude::web_source }))
+    });
     vec![
+        ("webGlobals", web_globals),
         ("call", call),
         ("refuseLarge", refuse_large),
         ("fetch", fetch),

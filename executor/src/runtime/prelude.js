@@ -60,6 +60,7 @@ const RegExpConstructor = RegExp;
 }
 
 const opCall = ops.call;
+const opWebGlobals = ops.webGlobals;
 const opRefuseLarge = ops.refuseLarge;
 const opFetch = ops.fetch;
 const opTimer = ops.timer;
@@ -203,10 +204,9 @@ global.clearTimeout = clear;
 global.clearInterval = clear;
 
 // The web globals: most programs use none, so they are built on first touch of any of them.
-// The web globals' source (web.js) is a string until first touch: evaluated then with
-// the `eval` captured here, it costs nothing to a program that never uses them.
-const indirectEval = eval;
-const webGlobals = () => indirectEval(texts.webSource)({ StringConstructor, ErrorConstructor, TypeErrorConstructor, RangeErrorConstructor, Uint8ArrayConstructor, ArrayBufferConstructor, isView, isArray, objectEntries, MapConstructor, SetConstructor, DateConstructor, RegExpConstructor, jsonStringify, jsonParse, apply, then, define, resolved, outbound, opUtf8Encode, opUtf8Decode, opLatin1Decode, opBytesToBase64, opBase64ToBytes, hasOutbound, texts });
+// The web globals (web.js) are a built-in the runtime hands over on first touch only:
+// loading them for every run would cost the programs that use none of them.
+const webGlobals = () => opWebGlobals()({ StringConstructor, ErrorConstructor, TypeErrorConstructor, RangeErrorConstructor, Uint8ArrayConstructor, ArrayBufferConstructor, isView, isArray, objectEntries, MapConstructor, SetConstructor, DateConstructor, RegExpConstructor, jsonStringify, jsonParse, apply, then, define, resolved, outbound, opUtf8Encode, opUtf8Decode, opLatin1Decode, opBytesToBase64, opBase64ToBytes, hasOutbound, texts });
 let webGlobalsInstalled = false;
 const installWebGlobals = () => {
   if (webGlobalsInstalled) return;

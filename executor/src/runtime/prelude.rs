@@ -18,6 +18,11 @@ pub(super) const WEB_GLOBALS: &[&str] = &[
     "fetch",
 ];
 
+/// The web globals' script, evaluated on first touch of one of them (`web.js`).
+pub(super) fn web_source() -> String {
+    WEB.to_owned()
+}
+
 /// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => [receive,
 /// start, finish, describe, refusalText]`.
 pub(super) fn source() -> String {
@@ -25,7 +30,6 @@ pub(super) fn source() -> String {
         "unprintable": texts::UNPRINTABLE_THROWN_VALUE,
         "networkClosed": texts::NETWORK_CLOSED,
         "webGlobals": WEB_GLOBALS,
-        "webSource": WEB,
     });
     format!(
         "((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => {{\n{PRELUDE}\n}})({texts})"

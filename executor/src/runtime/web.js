@@ -1,8 +1,8 @@
 // The sandbox's web globals (queueMicrotask, TextEncoder/TextDecoder, atob/btoa,
 // structuredClone, Headers, Response, fetch), built on the prelude's captured intrinsics
-// and ops. The prelude keeps this source as a string and evaluates it on the first touch
-// of any of these names: most programs use none, and loading it for each run would cost
-// them all.
+// and ops. The runtime hands it to the prelude on the first touch of any of these names
+// (compiled once per process where the engine can): most programs use none, and loading
+// it for each run would cost them all.
 (env) => {
   'use strict';
   const { StringConstructor, ErrorConstructor, TypeErrorConstructor, RangeErrorConstructor, Uint8ArrayConstructor, ArrayBufferConstructor, isView, isArray, objectEntries, MapConstructor, SetConstructor, DateConstructor, RegExpConstructor, jsonStringify, jsonParse, apply, then, define, resolved, outbound, opUtf8Encode, opUtf8Decode, opLatin1Decode, opBytesToBase64, opBase64ToBytes, hasOutbound, texts } = env;

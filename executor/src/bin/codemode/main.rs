@@ -105,7 +105,7 @@ fn config(engine: EngineKind) -> ExecutorConfig {
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 enum IsolationArg {
-    /// On this process's worker threads.
+    /// In this process, each execution on a thread of its own.
     #[value(name = "in-process")]
     InProcess,
     /// In a `codemode stdio` worker process.

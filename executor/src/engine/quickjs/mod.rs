@@ -295,6 +295,15 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
         HostValue::Number(number) => JsValue::new_number(ctx.clone(), number),
         HostValue::String(text) => rquickjs::String::from_str(ctx.clone(), &text)?.into_value(),
         HostValue::Bytes(bytes) => ArrayBuffer::new_copy(ctx.clone(), &bytes)?.into_value(),
+        HostValue::Builtin(script) => {
+            let bytecode = compiled(script.name, script.source);
+            // SAFETY: the bytecode was written by `compiled` from this build's own sources and
+            // QuickJS; nothing from outside the process is ever loaded.
+            let module = unsafe { Module::load(ctx.clone(), &bytecode) }?;
+            let (module, evaluated) = module.eval()?;
+            evaluated.finish::<()>()?;
+            module.get::<_, JsValue>("default")?
+        }
         HostValue::List(values) => {
             let array = rquickjs::Array::new(ctx.clone())?;
             for (i, value) in values.into_iter().enumerate() {

@@ -56,6 +56,12 @@ pub(super) fn from_host<'s>(
             }
             buffer.into()
         }
+        HostValue::Builtin(script) => {
+            // Compiled lazily by V8 itself: only the functions a program calls are compiled.
+            let source = super::builtins::builtin(script.name, script.source);
+            let text = string(scope, &source.source)?;
+            v8::Script::compile(scope, text, None)?.run(scope)?
+        }
         HostValue::List(values) => {
             let mut elements = Vec::with_capacity(values.len());
             for value in values {
