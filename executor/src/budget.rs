@@ -26,14 +26,13 @@ impl Budget {
 
     /// Charge `bytes`; `false` (and the budget latched as exceeded) when that passes the limit.
     pub(crate) fn charge(&self, bytes: usize) -> bool {
-        // One thread charges an execution's budget, so load-then-add does not race with itself.
-        let used = self.used.load(Ordering::Relaxed);
-        if used.saturating_add(bytes) > self.limit {
+        let charged = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+            used.checked_add(bytes).filter(|&total| total <= self.limit)
+        });
+        if charged.is_err() {
             self.exceeded.store(true, Ordering::Release);
-            return false;
         }
-        self.used.store(used + bytes, Ordering::Relaxed);
-        true
+        charged.is_ok()
     }
 
     /// Charge `bytes` that are already spent (an allocator's rounding up), never refusing.
@@ -41,9 +40,11 @@ impl Budget {
         self.used.fetch_add(bytes, Ordering::Relaxed);
     }
 
+    /// Give back `bytes`; an engine may free from a thread of its own (V8's sweeper).
     pub(crate) fn refund(&self, bytes: usize) {
-        let used = self.used.load(Ordering::Relaxed);
-        self.used.store(used.saturating_sub(bytes), Ordering::Relaxed);
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| Some(used.saturating_sub(bytes)));
     }
 
     #[cfg(test)]

@@ -36,7 +36,6 @@ struct Inner {
     pool: Pool,
     watchdog: Watchdog,
     processes: Option<ProcessPool>,
-    next_execution: AtomicU64,
     /// Engines still running [`STOP_GRACE`] after their deadline's stop.
     abandoned: Arc<AtomicU64>,
 }
@@ -69,7 +68,6 @@ impl Executor {
                 pool,
                 watchdog: Watchdog::spawn(),
                 processes,
-                next_execution: AtomicU64::new(1),
                 abandoned: Arc::default(),
             }),
         }
@@ -147,7 +145,6 @@ impl Executor {
         let Ok(runtime) = Handle::try_current() else {
             return (Outcome::failure(OutcomeKind::Invalid, NO_TOKIO_RUNTIME, Vec::new()), None);
         };
-        let _ = self.inner.next_execution.fetch_add(1, Ordering::Relaxed);
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
         let (messages, inbox) = crossbeam_channel::unbounded();
         let control = Control::new();

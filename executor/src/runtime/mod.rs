@@ -38,7 +38,7 @@ const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
 const LOG_LINE_HOST_COST: usize = 32;
 const REJECTION_HOST_COST: usize = 64;
 
-pub(crate) const ENGINE_PANICKED: &str = "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
+const ENGINE_PANICKED: &str = "The executor failed internally while running this program (the engine panicked). This is a bug in codemode-executor; please report it with the program.";
 
 /// Everything the runtime needs to run one execution.
 pub(crate) struct Job {
@@ -148,6 +148,12 @@ impl Control {
     }
 }
 
+/// What `receive` in prelude.js is handed: the same numbers there.
+const RECEIVE_ANSWER: f64 = 1.0;
+const RECEIVE_RESPONSE: f64 = 2.0;
+const RECEIVE_FETCH_FAILED: f64 = 3.0;
+const RECEIVE_TIMER: f64 = 4.0;
+
 /// The runtime's end of the prelude: the functions it calls into JavaScript.
 struct Prelude<V> {
     receive: V,
@@ -224,7 +230,6 @@ struct Execution<E: Engine> {
     inbox: Receiver<Message>,
     control: Arc<Control>,
     watchdog: Watchdog,
-    events: UnboundedSender<Event>,
     live: Option<Live>,
     engine: Option<E>,
 }
@@ -243,7 +248,7 @@ impl<E: Engine> Execution<E> {
         let state = Rc::new(RefCell::new(State {
             limits: job.limits.clone(),
             host: job.host.clone(),
-            events: job.events.clone(),
+            events: job.events,
             budget: budget.clone(),
             over: false,
             calls: Calls::default(),
@@ -261,7 +266,6 @@ impl<E: Engine> Execution<E> {
             inbox: job.inbox,
             control: job.control.clone(),
             watchdog: job.watchdog,
-            events: job.events,
             live: Some(job.live),
             engine: None,
         };
@@ -401,7 +405,7 @@ impl<E: Engine> Execution<E> {
             }
             Failure::Syntax(Thrown::Stopped) => self.stop_settlement(),
             Failure::Thrown(value) => {
-                if self.settlement.is_some() || self.reported {
+                if self.over() {
                     return; // a late callback threw after the run ended: nothing to report
                 }
                 self.thrown(&value)
@@ -470,7 +474,7 @@ impl<E: Engine> Execution<E> {
 
     /// Read the run's promise natively; settle once it is no longer pending.
     fn check_settled(&mut self) {
-        if self.settlement.is_some() || self.reported {
+        if self.over() {
             return;
         }
         let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else { return };
@@ -492,8 +496,13 @@ impl<E: Engine> Execution<E> {
         self.settle(settlement);
     }
 
+    /// The run has ended (settled, whether reported yet or not).
+    fn over(&self) -> bool {
+        self.settlement.is_some() || self.reported
+    }
+
     fn settle(&mut self, settlement: Settlement) {
-        if self.settlement.is_none() && !self.reported {
+        if !self.over() {
             self.settlement = Some(settlement);
             self.state.borrow_mut().over = true;
         }
@@ -558,7 +567,7 @@ impl<E: Engine> Execution<E> {
                 return;
             }
             let now = Instant::now();
-            let settled = self.settlement.is_some() || self.reported;
+            let settled = self.over();
             if !settled && now >= self.deadline {
                 let timeout = Settlement::timeout(&self.state.borrow().limits);
                 self.settle(timeout);
@@ -603,17 +612,21 @@ impl<E: Engine> Execution<E> {
             let id = Arg::Host(HostValue::Number(call as f64));
             let args = match answer {
                 CallAnswer::Tool(text) => {
-                    vec![Arg::Host(HostValue::Number(1.0)), id, Arg::Host(HostValue::String(text))]
+                    vec![Arg::Host(HostValue::Number(RECEIVE_ANSWER)), id, Arg::Host(HostValue::String(text))]
                 }
                 CallAnswer::Fetch(Ok(response)) => vec![
-                    Arg::Host(HostValue::Number(2.0)),
+                    Arg::Host(HostValue::Number(RECEIVE_RESPONSE)),
                     id,
                     Arg::Host(HostValue::Number(f64::from(response.status))),
                     Arg::Host(HostValue::String(calls::headers_json(&response.headers))),
                     Arg::Host(HostValue::Bytes(response.body)),
                 ],
                 CallAnswer::Fetch(Err(text)) => {
-                    vec![Arg::Host(HostValue::Number(3.0)), id, Arg::Host(HostValue::String(text))]
+                    vec![
+                        Arg::Host(HostValue::Number(RECEIVE_FETCH_FAILED)),
+                        id,
+                        Arg::Host(HostValue::String(text)),
+                    ]
                 }
             };
             engine.call(&handles.prelude.receive, &args).map(drop).map_err(Failure::from)
@@ -623,7 +636,7 @@ impl<E: Engine> Execution<E> {
     /// A turn for a callback (an answer, a timer). Once the run has ended, such a callback
     /// runs in a retained engine: the watchdog stops the engine if it overruns its budget.
     fn callback_turn(&mut self, f: impl FnOnce(&mut Self) -> Result<(), Failure<E::Value>>) {
-        let late = self.settlement.is_some() || self.reported;
+        let late = self.over();
         if late {
             let token = self.control.late_callbacks.fetch_add(1, Ordering::AcqRel) + 1;
             let control = self.control.clone();
@@ -655,7 +668,8 @@ impl<E: Engine> Execution<E> {
                 else {
                     return Err(Failure::Gone);
                 };
-                let args = [Arg::Host(HostValue::Number(4.0)), Arg::Host(HostValue::Number(id as f64))];
+                let args =
+                    [Arg::Host(HostValue::Number(RECEIVE_TIMER)), Arg::Host(HostValue::Number(id as f64))];
                 engine.call(&handles.prelude.receive, &args).map(drop).map_err(Failure::from)
             });
             self.state.borrow_mut().rearm_timer(id);
@@ -676,7 +690,7 @@ impl<E: Engine> Execution<E> {
         let disposed = if self.retain { None } else { self.take_engine() };
         // The engine is out of the count before the host hears, so an outcome in hand means
         // the engine is gone; its memory is freed after the host has the outcome.
-        let _ = self.events.send(Event::Settled(settlement));
+        let _ = self.state.borrow().events.send(Event::Settled(settlement));
         drop(disposed);
     }
 

@@ -224,6 +224,8 @@ for (const name of texts.webGlobals) {
 // What the runtime calls. `receive` delivers answers and fires timers; `start` runs the
 // entry scope; `finish` writes a result; `describe` and `refusalText` read a thrown value.
 let stringify;
+// `what` says which (the same numbers in runtime/mod.rs): 1 a tool's answer, 2 a fetch's
+// response, 3 a fetch's failure, 4 a timer due.
 const receive = (what, id, a, b, c) => {
   if (what === 4) {
     const entry = timers[id];
