@@ -104,6 +104,7 @@ impl Executor {
     /// `result` or `error`, with the logs either way. Dropping the future ends the
     /// engine promptly.
     pub async fn execute(&self, request: Request) -> Outcome {
+        let (request, _end) = request.open();
         if let Some(processes) = &self.inner.processes {
             let limits = match request.limits(&self.inner.config) {
                 Ok(limits) => limits,
@@ -133,6 +134,8 @@ impl Executor {
     }
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
+        // The toolbox's execution ends with this run, however it ends (even dropped).
+        let (request, _end) = request.open();
         let started = Instant::now();
         let limits = match request.limits(&self.inner.config) {
             Ok(limits) => limits,

@@ -38,6 +38,7 @@ mod pool;
 mod remote;
 mod request;
 mod runtime;
+pub mod toolbox;
 mod watchdog;
 pub mod wire;
 
@@ -47,6 +48,7 @@ pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, Retained
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;
 pub use request::Request;
+pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.
 #[cfg(doctest)]

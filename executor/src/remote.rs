@@ -137,6 +137,8 @@ impl RemoteExecutor {
     }
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, u64) {
+        // The toolbox's execution ends with this run, however it ends (even dropped).
+        let (request, _end) = request.open();
         let connection = &self.connection;
         let execution = connection.next_execution.fetch_add(1, Ordering::Relaxed);
         if connection.closed.load(Ordering::Acquire) {

@@ -8,6 +8,7 @@ use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
 
 use crate::config::{ExecutorConfig, Limits};
 use crate::outbound::Outbound;
+use crate::toolbox::{CallContext, ExecutionEnd, Toolbox};
 
 /// One execution: code, providers, the host's dispatch and network policy, and overrides.
 #[derive(Clone)]
@@ -15,6 +16,8 @@ pub struct Request {
     pub(crate) code: String,
     pub(crate) providers: Vec<ProviderDescriptor>,
     pub(crate) dispatch: Option<Arc<dyn Dispatch>>,
+    /// The toolbox whose dispatch this request's execution opens ([`Request::open`]).
+    pub(crate) toolbox: Option<Toolbox>,
     pub(crate) outbound: Option<Arc<dyn Outbound>>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) memory_limit_bytes: Option<usize>,
@@ -38,6 +41,7 @@ impl Request {
             code: code.into(),
             providers: Vec::new(),
             dispatch: None,
+            toolbox: None,
             outbound: None,
             timeout: None,
             memory_limit_bytes: None,
@@ -64,6 +68,7 @@ impl Request {
             code: wire.code,
             providers: wire.providers,
             dispatch: if wire.dispatch { dispatch } else { None },
+            toolbox: None,
             outbound: if wire.outbound { outbound } else { None },
             timeout: wire.timeout_ms.map(Duration::from_millis),
             memory_limit_bytes: bytes(wire.memory_limit_bytes),
@@ -93,6 +98,28 @@ impl Request {
     pub fn dispatch(mut self, dispatch: impl Dispatch) -> Request {
         self.dispatch = Some(Arc::new(dispatch));
         self
+    }
+
+    /// Serve the toolbox's providers: declare them, and answer their calls with its
+    /// handlers, each given the execution's [`CallContext`]. Calls to anything else go
+    /// to the dispatch when the request has one, and are refused otherwise.
+    pub fn toolbox(mut self, toolbox: &Toolbox) -> Request {
+        self.providers.extend(toolbox.descriptors());
+        self.toolbox = Some(toolbox.clone());
+        self
+    }
+
+    /// The request one execution runs: its toolbox opened for this execution (a fresh
+    /// [`CallContext`]), and the guard that ends that context when the run ends.
+    pub(crate) fn open(mut self) -> (Request, Option<ExecutionEnd>) {
+        let Some(toolbox) = self.toolbox.take() else { return (self, None) };
+        let (context, end) = CallContext::new();
+        let mut dispatch = toolbox.dispatch(context);
+        if let Some(fallback) = self.dispatch.take() {
+            dispatch = dispatch.or_else(fallback);
+        }
+        self.dispatch = Some(Arc::new(dispatch));
+        (self, Some(end))
     }
 
     /// The host's `fetch` handler; without one `fetch` rejects and the network stays closed.
@@ -148,7 +175,7 @@ impl Request {
         ExecuteRequest {
             code: self.code.clone(),
             providers: self.providers.clone(),
-            dispatch: self.dispatch.is_some(),
+            dispatch: self.dispatch.is_some() || self.toolbox.is_some(),
             outbound: self.outbound.is_some(),
             retain_handles: false,
             timeout_ms: self.timeout.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),

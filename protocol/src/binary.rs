@@ -176,7 +176,8 @@ impl<'de> Visitor<'de> for TagVisitor {
     type Value = Binary;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a binary tag {\"__executor_binary_v1__\": kind, \"data\": base64}")
+        // A program reads this when it passes something else where a tool takes bytes.
+        f.write_str("bytes (a Uint8Array, an ArrayBuffer or another typed array)")
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Binary, A::Error> {

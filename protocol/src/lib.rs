@@ -13,6 +13,8 @@
 //! - [`entry`]: the entry scope as source text, for any engine;
 //! - [`normalize`]: the code forms models send, normalized;
 //! - [`dispatch`]: the trait a host implements and [`create_envelope_dispatch`];
+//! - [`tools`]: tool specs with JSON Schemas, sandbox names, the routing table, the
+//!   TypeScript declarations and the code tool the model reads;
 //! - [`wire`] and [`schema`]: the messages of the daemon and the conformance runner.
 //!
 //! It does no I/O, knows no engine and names no async runtime.
@@ -46,6 +48,7 @@ pub mod normalize;
 pub mod provider;
 pub mod schema;
 pub mod texts;
+pub mod tools;
 pub mod wire;
 
 pub use binary::{BINARY_TAG, Binary, BinaryKind, Bytes};
@@ -63,6 +66,7 @@ pub use normalize::{CodeSyntaxError, normalize_code};
 pub use provider::{
     ProviderDescriptor, ProviderNameError, REFUSED_WORDS, RESERVED_PROVIDER_NAMES, validate_providers,
 };
+pub use tools::{CodeTool, ProviderSpec, ToolSpec, ToolTable, ToolTableError};
 pub use wire::{ExecuteRequest, Outcome, OutcomeKind};
 
 /// The examples of `docs/protocol.md`, compiled and run as doctests.

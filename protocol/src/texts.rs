@@ -142,8 +142,67 @@ pub const CODE_TOO_LONG: Template = Template(
     "the code is {bytes} bytes, over the limit of {limit} bytes for one program; send a shorter program",
 );
 
-/// The program tried to import a module; the sandbox loads none.
+/// The program tried to import a module or make a named export; the sandbox loads none.
 pub const CODE_MODULE_SYNTAX: &str = "import and export are not available: the sandbox loads no modules. Reach data through the declared providers.";
+
+/// The message of a syntax error for code holding several Markdown code blocks.
+pub const CODE_MANY_BLOCKS: Template =
+    Template("the code holds {count} Markdown code blocks; put the whole program in one");
+
+/// Appended to a syntax error where the code fits no accepted form: which forms are.
+pub const CODE_ACCEPTED_FORMS: &str = "Accepted forms: an async arrow function such as `async () => { ... }`, a function, an expression, statements with top-level await, or `export default` of a function or a value, each bare or in one Markdown code block.";
+
+// ---- Tools: tables, arguments, the code tool ----
+
+/// A tool registered with an empty name.
+pub const TOOL_NAME_EMPTY: Template =
+    Template("A tool of provider \"{provider}\" has an empty name. Give every tool a name.");
+
+/// A tool registered twice under one provider.
+pub const TOOL_DECLARED_TWICE: Template =
+    Template("Tool \"{tool}\" of provider \"{provider}\" is declared twice. Give each tool its own name.");
+
+/// Two tool names that become one sandbox name.
+pub const TOOL_NAMES_COLLIDE: Template = Template(
+    "Tools \"{first}\" and \"{second}\" of provider \"{provider}\" both become \"{name}\" in the sandbox. Rename one of them, or leave one out.",
+);
+
+/// An options-object provider's tool whose arguments are not an object.
+pub const TOOL_OPTIONS_NOT_OBJECT: Template = Template(
+    "Provider \"{provider}\" sends one options object, but the input schema of its tool \"{tool}\" is not an object. Describe the arguments as an object (a struct), or use positional arguments.",
+);
+
+/// A call's argsJson that is not the codec's JSON (only a hand-made call sends one).
+pub const TOOL_ARGUMENTS_NOT_JSON: Template = Template("The arguments of {call} are not JSON: {problem}");
+
+/// A positional call with more arguments than the tool has parameters.
+pub const TOOL_TOO_MANY_ARGUMENTS: Template =
+    Template("{signature} takes at most {most} arguments, but was called with {given}.");
+
+/// Arguments whose shape does not fit the tool's type.
+pub const TOOL_ARGUMENTS_DO_NOT_FIT: Template =
+    Template("The arguments of {call} do not fit its parameters: {problem}.");
+
+/// One argument or field that does not fit the tool's type, named by its path.
+pub const TOOL_ARGUMENT_DOES_NOT_FIT: Template =
+    Template("The arguments of {call} do not fit its parameters: at `{path}`, {problem}.");
+
+/// The name of the code tool an agent offers the model.
+pub const CODE_TOOL_NAME: &str = "execute";
+
+/// The description of the code tool, around the providers' declarations.
+pub const CODE_TOOL_DESCRIPTION: Template = Template(
+    "Run a JavaScript program in a sandbox and get back what it returns.
+
+Write one async arrow function, `async () => { ... }`. Inside it, each provider declared below is a global object whose methods are tool calls: await them, run independent calls together with Promise.all, and do the filtering, joining and arithmetic in code instead of asking for each step. A tool that fails throws an Error you can catch. The function's return value is the result (JSON values; bytes as Uint8Array), and console.log lines come back with it. There is no network, no file system and no module loading: these tools are the only way to reach data. Write plain JavaScript; the declarations use TypeScript only to describe the tools.
+
+```ts
+{declarations}```",
+);
+
+/// The description of the code tool's one parameter.
+pub const CODE_TOOL_CODE_PARAMETER: &str =
+    "The program: the source of an async arrow function, such as `async () => { return 1 }`.";
 
 // ---- Limits and the sandbox ----
 

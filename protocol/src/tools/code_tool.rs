@@ -1,0 +1,65 @@
+//! The code tool: the one tool an agent offers the model, whose description carries the
+//! providers' declarations, in a form any model API takes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+
+use super::ToolTable;
+use crate::texts;
+
+/// The tool an agent offers the model: a name, a description with the declarations in
+/// it, and the JSON Schema of its input (`{"code": string}`).
+///
+/// Its serde form is the common one (`name`, `description`, `inputSchema`, as MCP
+/// writes a tool); [`CodeTool::openai`] and [`CodeTool::anthropic`] give the shapes
+/// those APIs take.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CodeTool {
+    /// The tool's name: `execute`.
+    pub name: String,
+    /// What the model reads: how to write the program, and the declarations.
+    pub description: String,
+    /// The JSON Schema of the tool's input: one string property, `code`.
+    pub input_schema: Json,
+}
+
+impl CodeTool {
+    /// The tool as OpenAI's function-calling APIs take it:
+    /// `{"type": "function", "function": {"name", "description", "parameters"}}`.
+    pub fn openai(&self) -> Json {
+        json!({
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.input_schema,
+            }
+        })
+    }
+
+    /// The tool as Anthropic's Messages API takes it: `{"name", "description", "input_schema"}`.
+    pub fn anthropic(&self) -> Json {
+        json!({
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        })
+    }
+}
+
+/// The code tool for `table`: [`texts::CODE_TOOL_DESCRIPTION`] around its declarations.
+pub fn code_tool(table: &ToolTable) -> CodeTool {
+    CodeTool {
+        name: texts::CODE_TOOL_NAME.to_owned(),
+        description: texts::CODE_TOOL_DESCRIPTION.fill(&[&table.declarations()]),
+        input_schema: json!({
+            "type": "object",
+            "properties": {
+                "code": { "type": "string", "description": texts::CODE_TOOL_CODE_PARAMETER }
+            },
+            "required": ["code"],
+            "additionalProperties": false
+        }),
+    }
+}
