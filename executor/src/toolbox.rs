@@ -110,6 +110,11 @@ impl Provider {
         Provider { spec: ProviderSpec::new(name), handlers: Vec::new() }
     }
 
+    /// The provider as the model is told about it, so far.
+    pub fn spec(&self) -> &ProviderSpec {
+        &self.spec
+    }
+
     /// What the provider is, for the model.
     pub fn description(mut self, description: impl Into<String>) -> Provider {
         self.spec.description = description.into();

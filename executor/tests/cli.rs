@@ -141,7 +141,7 @@ fn the_db_provider_is_read_only_and_says_what_it_takes() {
         concat!(
             r#"{"result":[["db.query runs read-only statements (SELECT); this one would write.","#,
             r#""Table \"nope\" does not exist. Call db.tables() for the names.","#,
-            r#""db.query(sql, ...params) takes an SQL string first, then its parameters.","#,
+            r#""The arguments of db.query do not fit its parameters: at `[0]`, invalid type: integer `7`, expected a string.","#,
             r#""Tool \"drop\" not found"],["id:INTEGER:pk","name:TEXT","price_cents:INTEGER"]],"logs":[]}"#,
             "\n"
         )
@@ -198,5 +198,139 @@ fn exit_codes_say_result_error_or_usage() {
     assert!(
         stderr.starts_with("codemode: cannot open the database /nonexistent/shop.db read-only: "),
         "{stderr}"
+    );
+}
+
+fn spec() -> String {
+    examples().join("shop.spec.json").display().to_string()
+}
+
+/// Runs `codemode` with `args` and no program.
+fn codemode_with(args: &[&str]) -> (i32, String, String) {
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode")).args(args).output().expect("codemode runs");
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn a_tool_spec_serves_sql_and_fixed_results_by_sandbox_and_original_names() {
+    let (code, stdout, stderr) = codemode(
+        "async () => [await shop.customer(2), await shop.orders_since('2026-11-20'), await shop['orders-since']('2026-11-09', 1), await shop.currency()]",
+        &["--spec", &spec()],
+    );
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_eq!(
+        stdout,
+        concat!(
+            r#"{"result":[[{"id":2,"name":"Grace Hopper","email":"grace@example.com"}],"#,
+            r#"[{"id":6,"customer_id":4,"placed_at":"2026-11-28"},{"id":2,"customer_id":1,"placed_at":"2026-11-20"}],"#,
+            r#"[{"id":6,"customer_id":4,"placed_at":"2026-11-28"}],"EUR"],"logs":[]}"#,
+            "\n"
+        )
+    );
+    // The spec's tools are curated: the raw `db` provider comes only with --db.
+    let (code, stdout, _) = codemode("async () => typeof db", &["--spec", &spec()]);
+    assert_eq!((code, stdout.as_str()), (0, "{\"result\":\"undefined\",\"logs\":[]}\n"));
+    let (code, stdout, _) = codemode(
+        "async () => [(await db.tables()).length, await shop.currency()]",
+        &["--spec", &spec(), "--db", &shop()],
+    );
+    assert_eq!((code, stdout.as_str()), (0, "{\"result\":[4,\"EUR\"],\"logs\":[]}\n"));
+}
+
+#[test]
+fn a_tool_spec_that_cannot_be_served_is_refused_before_the_run() {
+    let dir = std::env::temp_dir().join(format!("codemode-spec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("spec.json");
+    let path = file.display().to_string();
+    let refused = |spec: &str| {
+        std::fs::write(&file, spec).unwrap();
+        let (code, stdout, stderr) = codemode("async () => 1", &["--spec", &path]);
+        assert_eq!((code, stdout.as_str()), (2, ""), "{spec}");
+        stderr.replace(&path, "SPEC")
+    };
+    assert_eq!(
+        refused(r#"{"providers":[{"name":"s","tools":[{"name":"t"}]}]}"#),
+        "codemode: the tool \"t\" of provider \"s\" in SPEC has no answer: give it \"sql\" (a query on the database) or \"result\" (a fixed value)\n"
+    );
+    assert_eq!(
+        refused(r#"{"providers":[{"name":"s","tools":[{"name":"t","sql":"SELECT 1"}]}]}"#),
+        "codemode: the tool spec SPEC has SQL tools but no database: add \"database\" to it or pass --db FILE\n"
+    );
+    assert_eq!(
+        refused(r#"{"providers":[{"name":"s","tool":[]}]}"#),
+        "codemode: the tool spec SPEC does not read: unknown field `tool`, expected one of `name`, `description`, `positionalArgs`, `tools` at line 1 column 32\n"
+    );
+    assert_eq!(
+        refused(
+            r#"{"providers":[{"name":"s","tools":[{"name":"a-b","result":1},{"name":"a_b","result":2}]}]}"#
+        ),
+        "codemode: Tools \"a-b\" and \"a_b\" of provider \"s\" both become \"a_b\" in the sandbox. Rename one of them, or leave one out.\n"
+    );
+    assert_eq!(
+        refused(r#"{"providers":[{"name":"my-store","tools":[]}]}"#),
+        "codemode: Provider name \"my-store\" must be ASCII letters, digits, underscore and dollar, and must not start with a digit.\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_failing_sql_tool_names_itself_and_a_file_that_is_not_a_database_is_refused() {
+    let dir = std::env::temp_dir().join(format!("codemode-notdb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = dir.join("spec.json");
+    std::fs::write(
+        &spec,
+        r#"{"providers":[{"name":"s","tools":[{"name":"bad","sql":"SELECT nope FROM customers"}]}]}"#,
+    )
+    .unwrap();
+    let (code, stdout, _) = codemode(
+        "async () => { try { await s.bad() } catch (e) { return e.message } }",
+        &["--spec", &spec.display().to_string(), "--db", &shop()],
+    );
+    assert_eq!(
+        (code, stdout.as_str()),
+        (
+            0,
+            "{\"result\":\"s.bad: no such column: nope in SELECT nope FROM customers at offset 7\",\"logs\":[]}\n"
+        )
+    );
+    let (code, stdout, stderr) = codemode("async () => 1", &["--db", &spec.display().to_string()]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert_eq!(
+        stderr.replace(&spec.display().to_string(), "FILE"),
+        "codemode: FILE is not an SQLite database: file is not a database\n"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_db_and_a_fixture_serve_one_program_together() {
+    let dir = std::env::temp_dir().join(format!("codemode-both-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = dir.join("fixture.json");
+    std::fs::write(&fixture, r#"{"weather.today":"sunny","db.tables":"the fixture never answers db"}"#)
+        .unwrap();
+    let (code, stdout, _) = codemode(
+        "async () => [await weather.today(), (await db.tables())[0]]",
+        &["--db", &shop(), "--fixture", &fixture.display().to_string()],
+    );
+    assert_eq!((code, stdout.as_str()), (0, "{\"result\":[\"sunny\",\"customers\"],\"logs\":[]}\n"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn declarations_need_providers_to_declare() {
+    assert_eq!(
+        codemode_with(&["declarations"]),
+        (
+            2,
+            String::new(),
+            "codemode: give a tool spec file, --db, or both: there are no providers to declare\n".to_owned()
+        )
     );
 }

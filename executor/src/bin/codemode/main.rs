@@ -5,14 +5,16 @@
 
 mod db;
 mod fixture;
+mod spec;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{Daemon, DaemonConfig, TlsFiles};
-use codemode_executor::{EngineKind, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Isolation, Request, Toolbox, WorkerCommand};
+use codemode_protocol::ToolTable;
 
 #[derive(Parser)]
 #[command(
@@ -34,9 +36,14 @@ enum Command {
         /// Serve the provider `db` from SQLite: FILE.sql is loaded into memory, anything else opened read-only.
         #[arg(long, value_name = "FILE")]
         db: Option<PathBuf>,
-        /// Serve fixed results: a JSON object mapping "provider.tool" to the value it returns.
+        /// Serve fixed results: a JSON object mapping "provider.tool" to the value it returns
+        /// (for calls no other provider answers).
         #[arg(long, value_name = "FILE.json")]
         fixture: Option<PathBuf>,
+        /// Serve the providers of a tool spec file: tools with descriptions and JSON Schemas,
+        /// answered by an SQL query on the database or a fixed result (docs/tools.md).
+        #[arg(long, value_name = "SPEC.json")]
+        spec: Option<PathBuf>,
         /// Wall-clock limit in milliseconds.
         #[arg(long, value_name = "N")]
         timeout_ms: Option<u64>,
@@ -48,6 +55,18 @@ enum Command {
         isolation: IsolationArg,
         #[command(flatten)]
         engine: EngineArg,
+    },
+    /// Print what the model is told about the providers: TypeScript declarations to paste
+    /// into a prompt, their JSON Schemas, or the whole code tool.
+    Declarations {
+        /// A tool spec file (the same as `run --spec`).
+        spec: Option<PathBuf>,
+        /// Include the provider `db` (tables, schema, query).
+        #[arg(long)]
+        db: bool,
+        /// What to print.
+        #[arg(long, value_enum, default_value_t = Format::Typescript)]
+        format: Format,
     },
     /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
     /// message per line), for conformance runners, process isolation and other hosts.
@@ -101,6 +120,16 @@ impl EngineArg {
 /// The executor's default configuration on `engine`.
 fn config(engine: EngineKind) -> ExecutorConfig {
     ExecutorConfig { engine, ..ExecutorConfig::default() }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Format {
+    /// `declare const provider: { tool(...): Promise<...> }`, for a prompt.
+    Typescript,
+    /// Every provider with its tools' JSON Schemas.
+    JsonSchema,
+    /// The code tool an agent offers the model: name, description, input schema (JSON).
+    CodeTool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -166,12 +195,20 @@ fn main() -> ExitCode {
                 }
             },
         },
-        Command::Run { program, db, fixture, timeout_ms, memory_limit_bytes, isolation, engine } => {
+        Command::Declarations { spec, db, format } => match declarations(spec, db, format) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(problem) => usage_error(problem),
+        },
+        Command::Run { program, db, fixture, spec, timeout_ms, memory_limit_bytes, isolation, engine } => {
             let engine = match engine.kind() {
                 Ok(engine) => engine,
                 Err(problem) => return usage_error(problem),
             };
-            match run(program, db, fixture, timeout_ms, memory_limit_bytes, isolation, engine) {
+            let sources = Sources { db, fixture, spec };
+            match run(program, sources, timeout_ms, memory_limit_bytes, isolation, engine) {
                 Ok(code) => code,
                 Err(message) => {
                     eprintln!("codemode: {message}");
@@ -210,10 +247,58 @@ fn stdio(engine: EngineKind) -> Result<(), String> {
     })
 }
 
-fn run(
-    program: PathBuf,
+/// Where a run's providers come from.
+struct Sources {
     db: Option<PathBuf>,
     fixture: Option<PathBuf>,
+    spec: Option<PathBuf>,
+}
+
+/// The toolbox of `--db` and `--spec` (the spec's SQL tools query `--db`, else the
+/// spec's own database); `None` when neither is given.
+fn toolbox(db: Option<&Path>, spec: Option<&Path>) -> Result<Option<Toolbox>, String> {
+    let spec = spec.map(spec::Spec::load).transpose()?;
+    let path = db.map(Path::to_owned).or_else(|| spec.as_ref().and_then(spec::Spec::database));
+    let database = path.as_deref().map(db::Database::open).transpose()?;
+    let mut providers = Vec::new();
+    if let (Some(database), Some(_)) = (&database, db) {
+        providers.push(database.provider());
+    }
+    if let Some(spec) = &spec {
+        providers.extend(spec.providers(database.as_ref())?);
+    }
+    if providers.is_empty() {
+        return Ok(None);
+    }
+    Toolbox::new(providers).map(Some).map_err(|e| e.to_string())
+}
+
+fn declarations(spec: Option<PathBuf>, db: bool, format: Format) -> Result<String, String> {
+    let mut providers = Vec::new();
+    if db {
+        providers.push(db::Database::spec()?);
+    }
+    if let Some(path) = spec {
+        providers.extend(spec::Spec::load(&path)?.specs());
+    }
+    if providers.is_empty() {
+        return Err("give a tool spec file, --db, or both: there are no providers to declare".to_owned());
+    }
+    let table = ToolTable::new(providers).map_err(|e| e.to_string())?;
+    Ok(match format {
+        Format::Typescript => table.declarations().trim_end().to_owned(),
+        Format::JsonSchema => pretty(&table.json_schemas()),
+        Format::CodeTool => pretty(&serde_json::to_value(table.code_tool()).unwrap_or_default()),
+    })
+}
+
+fn pretty(value: &serde_json::Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+fn run(
+    program: PathBuf,
+    sources: Sources,
     timeout_ms: Option<u64>,
     memory_limit_bytes: Option<usize>,
     isolation: IsolationArg,
@@ -223,17 +308,17 @@ fn run(
         format!("cannot read the program {}: {e}. Pass the path of a .js file.", program.display())
     })?;
     let mut request = Request::new(code);
-    match (db, fixture) {
-        (Some(_), Some(_)) => return Err("give --db or --fixture, not both".to_owned()),
-        (Some(path), None) => {
-            let store = db::Store::open(&path)?;
-            request = request.provider(db::descriptor()).dispatch(store.dispatch());
-        }
-        (None, Some(path)) => {
-            let fixture = fixture::Fixture::load(&path)?;
-            request = request.providers(fixture.descriptors()).dispatch(fixture.dispatch());
-        }
-        (None, None) => {}
+    let toolbox = toolbox(sources.db.as_deref(), sources.spec.as_deref())?;
+    if let Some(path) = &sources.fixture {
+        let fixture = fixture::Fixture::load(path)?;
+        let declared: Vec<&str> =
+            toolbox.iter().flat_map(|t| t.table().providers()).map(|p| p.name.as_str()).collect();
+        // A fixture's provider that the toolbox also serves is the toolbox's.
+        let providers = fixture.descriptors().into_iter().filter(|p| !declared.contains(&p.name.as_str()));
+        request = request.providers(providers).dispatch(fixture.dispatch());
+    }
+    if let Some(toolbox) = &toolbox {
+        request = request.toolbox(toolbox);
     }
     if let Some(ms) = timeout_ms {
         request = request.timeout(Duration::from_millis(ms));
