@@ -31,6 +31,7 @@ mod budget;
 mod config;
 pub mod daemon;
 mod engine;
+mod execute;
 mod executor;
 mod host;
 mod outbound;
@@ -44,6 +45,7 @@ pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use execute::{Execute, ExecuteFuture};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;
