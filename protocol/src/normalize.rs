@@ -3,23 +3,45 @@
 //! The entry scope calls the program as a function. Models send that (an async arrow
 //! function), but also a function expression or declaration, a bare expression,
 //! statements with top-level `await` whose last expression statement is the result,
-//! and any of these inside a Markdown code fence. [`normalize_code`] turns each into a
+//! a module whose `export default` is the program, and any of these inside a Markdown
+//! code block, with prose around it or not. [`normalize_code`] turns each into a
 //! function expression, and says where when nothing fits.
+//!
+//! # Markdown code blocks
+//!
+//! A fence is a line of three or more backticks or tildes (any indentation), then an
+//! info string of anything (`tsx`, `python`, `js title="x.js"`; for backticks, no
+//! backtick), which is never kept. The block ends at a line of at least as many of the
+//! same character and nothing else, or, without one, at the end of the code (a closing
+//! fence stuck to the last line of code, ```` 1``` ````, is cut too). A fence is taken
+//! for Markdown unless the code parses as JavaScript with the fence inside a comment, a
+//! string or a template literal (JavaScript that carries Markdown as data). The code
+//! may hold one such block, with prose before or after it; two or more are refused.
+//! Positions in errors always count in the code as sent, fences and prose included.
+//!
+//! # `export default`
+//!
+//! A module is run as the body of the program: its statements run in order in one
+//! scope, `export default` marks the program, and after the last statement the program
+//! returns the default export, called when it is a function (a function declaration or
+//! expression, or any value that is a function when the body ends; a class is returned
+//! as it is). So `const base = 10; export default async () => base + 1` gives 11, and
+//! `export default { a: 1 }` gives `{ a: 1 }`. A lone default export becomes that
+//! function, or `async () => (value)`. `import` and every other `export` are refused:
+//! the sandbox loads no modules.
 
 use std::fmt;
 
 use oxc_allocator::Allocator;
-use oxc_ast::ast::{Expression, Statement};
+use oxc_ast::ast::{ExportDefaultDeclarationKind, Expression, Program, Statement};
+use oxc_parser::config::TokensParserConfig;
 use oxc_parser::{ParseOptions, Parser};
-use oxc_span::{GetSpan, SourceType};
+use oxc_span::{GetSpan, SourceType, Span};
 
 use crate::texts;
 
 /// The program written for an empty `code`.
 pub const EMPTY_PROGRAM: &str = "async () => {}";
-
-/// Languages a Markdown fence may name around the code (none at all is fine too).
-pub const FENCE_LANGUAGES: &[&str] = &["js", "javascript", "ts", "typescript"];
 
 /// The longest code accepted, in bytes: parsing is recursive, and its stack is sized to
 /// the code (below), so the bound keeps that stack within reason.
@@ -38,6 +60,8 @@ pub struct CodeSyntaxError {
     line: usize,
     column: usize,
     message: String,
+    /// Whether the Display names the accepted forms ([`texts::CODE_ACCEPTED_FORMS`]).
+    accepted_forms: bool,
 }
 
 impl CodeSyntaxError {
@@ -63,7 +87,17 @@ impl fmt::Display for CodeSyntaxError {
             &self.line.to_string(),
             &self.column.to_string(),
             &self.message,
-        ]))
+        ]))?;
+        // The forms are named after every error where the code fits none of them: the
+        // parser's errors and the refusal of several code blocks. The position alone does
+        // not tell a model whether it mistyped a token or sent a form the executor does
+        // not take, and the sentence costs one line. The refusals that carry their own
+        // remedy (too long, `import` or a named `export`) go without it.
+        if self.accepted_forms {
+            f.write_str(if self.message.ends_with('.') { " " } else { ". " })?;
+            f.write_str(texts::CODE_ACCEPTED_FORMS)?;
+        }
+        Ok(())
     }
 }
 
@@ -76,13 +110,20 @@ impl std::error::Error for CodeSyntaxError {}
 /// - statements (top-level `await` and `return` allowed): the body of an async arrow
 ///   function, the last statement returned when it is an expression statement (a bare
 ///   expression is the one-statement case);
-/// - any of these inside a Markdown fence (```` ```js ````, `javascript`, `ts`,
-///   `typescript` or no language);
+/// - a module with `export default`: a lone default export is that function, or
+///   `async () => (value)`; with other statements, they run first and the program
+///   returns the default export, called when it is a function (see the module docs);
+///   `import` and named exports are refused;
+/// - any of these inside one Markdown code block: a fence of three or more backticks
+///   or tildes with any info string (```` ```tsx ````, `~~~`, ```` ````js ````), with
+///   prose before or after the block or not;
 /// - empty code: `async () => {}`.
+///
+/// When nothing fits, the error's position counts in the code as sent.
 pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
     if code.len() > MAX_CODE_BYTES {
         let message = texts::CODE_TOO_LONG.fill(&[&code.len().to_string(), &MAX_CODE_BYTES.to_string()]);
-        return Err(CodeSyntaxError { line: 1, column: 1, message });
+        return Err(CodeSyntaxError { line: 1, column: 1, message, accepted_forms: false });
     }
     // Code nested 100,000 deep would overflow the caller's stack inside the parser: the
     // parse runs on a stack sized to the code whenever the caller's may be too small.
@@ -94,29 +135,51 @@ pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
     }
 }
 
+fn parse_options() -> ParseOptions {
+    ParseOptions { allow_return_outside_function: true, ..ParseOptions::default() }
+}
+
 fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
-    let (fenced_start, end) = unfence(code);
+    let blocks = markdown_blocks(code);
+    let (fenced_start, end) = match blocks.as_slice() {
+        [] => (0, code.len()),
+        [only] => only.body,
+        [_, second, ..] => {
+            let message = texts::CODE_MANY_BLOCKS.fill(&[&blocks.len().to_string()]);
+            return Err(position(code, second.fence, message, true));
+        }
+    };
     let untrimmed = &code[fenced_start..end];
     let body = untrimmed.trim();
     let start = fenced_start + (untrimmed.len() - untrimmed.trim_start().len());
     if body.is_empty() {
         return Ok(EMPTY_PROGRAM.to_owned());
     }
-    let at = |offset: usize, message: String| position(code, start + offset, message);
+    let at = |offset: usize, message: String, accepted_forms: bool| {
+        position(code, start + offset, message, accepted_forms)
+    };
 
     let allocator = Allocator::default();
-    let options = ParseOptions { allow_return_outside_function: true, ..ParseOptions::default() };
-    let parsed = Parser::new(&allocator, body, SourceType::mjs()).with_options(options).parse();
+    let parsed = Parser::new(&allocator, body, SourceType::mjs()).with_options(parse_options()).parse();
     if let Some(error) = parsed.diagnostics.iter().next() {
         if is_anonymous_function(body) {
             return Ok(body.to_owned());
         }
         let offset = error.labels.first().map_or(0, |label| label.offset() as usize);
-        return Err(at(offset, error.message.to_string()));
+        return Err(at(offset, error.message.to_string(), true));
     }
     let program = &parsed.program;
-    if let Some(module) = program.body.iter().find(|s| s.is_module_declaration()) {
-        return Err(at(module.span().start as usize, texts::CODE_MODULE_SYNTAX.to_owned()));
+    let mut default_export = None;
+    for statement in &program.body {
+        match statement {
+            Statement::ExportDefaultDeclaration(export) if default_export.is_none() => {
+                default_export = Some(&**export);
+            }
+            module if module.is_module_declaration() => {
+                return Err(at(module.span().start as usize, texts::CODE_MODULE_SYNTAX.to_owned(), false));
+            }
+            _ => {}
+        }
     }
     // A hashbang line cannot stand inside a function; blank it, keeping offsets.
     let text = match &program.hashbang {
@@ -126,7 +189,10 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
         }
         None => body.to_owned(),
     };
-    let slice = |span: oxc_span::Span| &text[span.start as usize..span.end as usize];
+    if let Some(export) = default_export {
+        return Ok(with_default_export(program, export, &text));
+    }
+    let slice = |span: Span| &text[span.start as usize..span.end as usize];
 
     if let ([], [only]) = (program.directives.as_slice(), program.body.as_slice()) {
         match only {
@@ -161,6 +227,70 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
     })
 }
 
+/// The program of a module whose default export is `export` (see the module docs).
+fn with_default_export(
+    program: &Program<'_>,
+    export: &oxc_ast::ast::ExportDefaultDeclaration<'_>,
+    text: &str,
+) -> String {
+    let slice = |span: Span| &text[span.start as usize..span.end as usize];
+    // What the default export is: its source, the name a declaration binds, and
+    // whether it is a function for sure, a class, or a value known when the body ends.
+    enum Kind {
+        Function,
+        Class,
+        Value,
+    }
+    let (declared, name, kind) = match &export.declaration {
+        ExportDefaultDeclarationKind::FunctionDeclaration(function) => {
+            (function.span, function.id.as_ref().map(|id| id.name.as_str()), Kind::Function)
+        }
+        ExportDefaultDeclarationKind::ClassDeclaration(class) => {
+            (class.span, class.id.as_ref().map(|id| id.name.as_str()), Kind::Class)
+        }
+        declaration => {
+            let kind = match declaration.as_expression().map(Expression::without_parentheses) {
+                Some(Expression::ArrowFunctionExpression(_) | Expression::FunctionExpression(_)) => {
+                    Kind::Function
+                }
+                Some(Expression::ClassExpression(_)) => Kind::Class,
+                _ => Kind::Value,
+            };
+            (declaration.span(), None, kind)
+        }
+    };
+
+    if let ([], [_]) = (program.directives.as_slice(), program.body.as_slice()) {
+        return match kind {
+            Kind::Function => slice(declared).to_owned(),
+            Kind::Class | Kind::Value => format!("async () => ({})", slice(declared)),
+        };
+    }
+
+    // A declaration keeps its name, in scope for the statements around it; anything
+    // else is bound to a name the code does not use.
+    let (binding, name) = match name {
+        Some(name) => (slice(declared).to_owned(), name.to_owned()),
+        None => {
+            let mut fresh = String::from("__default");
+            while text.contains(&fresh) {
+                fresh.push('_');
+            }
+            (format!("const {fresh} = {};", slice(declared)), fresh)
+        }
+    };
+    let result = match kind {
+        Kind::Function => format!("{name}()"),
+        Kind::Class => name,
+        Kind::Value => format!("typeof {name} === \"function\" ? {name}() : {name}"),
+    };
+    format!(
+        "async () => {{\n{}{binding}{}\nreturn ({result});\n}}",
+        &text[..export.span.start as usize],
+        &text[export.span.end as usize..],
+    )
+}
+
 /// Whether `body` is an anonymous function expression, which cannot stand as a statement.
 fn is_anonymous_function(body: &str) -> bool {
     let allocator = Allocator::default();
@@ -174,31 +304,98 @@ fn is_anonymous_function(body: &str) -> bool {
         )
 }
 
-/// The byte range of the code inside a Markdown fence, or all of it.
-fn unfence(code: &str) -> (usize, usize) {
-    let leading = code.len() - code.trim_start().len();
-    let rest = &code[leading..];
-    let Some(after_ticks) = rest.strip_prefix("```") else {
-        return (0, code.len());
-    };
-    let line_end = after_ticks.find('\n').unwrap_or(after_ticks.len());
-    let language = after_ticks[..line_end].trim();
-    if !language.is_empty() && !FENCE_LANGUAGES.iter().any(|l| l.eq_ignore_ascii_case(language)) {
-        return (0, code.len());
-    }
-    let start = (leading + 3 + line_end + 1).min(code.len());
-    let inner = &code[start..];
-    let end = match inner.rfind("```") {
-        Some(close) if inner[close + 3..].trim().is_empty() => start + close,
-        _ => code.len(),
-    };
-    (start, end)
+/// A fenced code block: where its opening fence starts, and the byte range inside.
+struct Block {
+    fence: usize,
+    body: (usize, usize),
 }
 
-fn position(code: &str, offset: usize, message: String) -> CodeSyntaxError {
+/// The Markdown code blocks of `code`: every fenced block, unless `code` parses as
+/// JavaScript with that block's opening fence inside a comment, a string or a
+/// template literal (JavaScript carrying Markdown as data).
+fn markdown_blocks(code: &str) -> Vec<Block> {
+    let blocks = fenced_blocks(code);
+    if blocks.is_empty() {
+        return blocks;
+    }
+    // Tokens are read only from code that parses: oxc's lexer may stop short of the end
+    // of code that does not (a debug assertion in 0.146).
+    let allocator = Allocator::default();
+    let plain = Parser::new(&allocator, code, SourceType::mjs()).with_options(parse_options()).parse();
+    if !plain.diagnostics.is_empty() {
+        return blocks;
+    }
+    let allocator = Allocator::default();
+    let parsed = Parser::new(&allocator, code, SourceType::mjs())
+        .with_options(parse_options())
+        .with_config(TokensParserConfig)
+        .parse();
+    // The fence's first character begins a token: the backticks or tildes are code
+    // (template delimiters, `~` operators), so the fence is Markdown after all.
+    let begins_token =
+        |offset: usize| parsed.tokens.binary_search_by_key(&(offset as u32), |token| token.start()).is_ok();
+    blocks.into_iter().filter(|block| begins_token(block.fence)).collect()
+}
+
+/// Every fenced code block of `code`, CommonMark's way (any indentation allowed).
+fn fenced_blocks(code: &str) -> Vec<Block> {
+    let mut blocks = Vec::new();
+    let mut lines = lines(code);
+    while let Some((line_start, line)) = lines.next() {
+        let Some((fence, marker, length)) = opening_fence(line) else { continue };
+        let body_start = line_start + line.len();
+        let mut body_end = None;
+        for (start, line) in lines.by_ref() {
+            if is_closing_fence(line, marker, length) {
+                body_end = Some(start);
+                break;
+            }
+        }
+        let body_end = body_end.unwrap_or_else(|| {
+            // No closing line: the block runs to the end, less a closing fence stuck
+            // to its last line (`async () => 1```).
+            let inside = code[body_start..].trim_end();
+            let run = inside.len() - inside.trim_end_matches(marker).len();
+            body_start + if run >= length { inside.len() - run } else { code.len() - body_start }
+        });
+        blocks.push(Block { fence: line_start + fence, body: (body_start, body_end) });
+    }
+    blocks
+}
+
+/// The lines of `code` with their byte offsets, line ends included.
+fn lines(code: &str) -> impl Iterator<Item = (usize, &str)> {
+    code.split_inclusive('\n').scan(0, |offset, line| {
+        let start = *offset;
+        *offset += line.len();
+        Some((start, line))
+    })
+}
+
+/// An opening fence: its offset in the line, its character, and its length.
+fn opening_fence(line: &str) -> Option<(usize, char, usize)> {
+    let text = line.trim_start_matches([' ', '\t']);
+    let marker = text.chars().next().filter(|c| matches!(c, '`' | '~'))?;
+    let length = text.len() - text.trim_start_matches(marker).len();
+    let info = &text[length..];
+    (length >= 3 && !(marker == '`' && info.contains('`'))).then_some((
+        line.len() - text.len(),
+        marker,
+        length,
+    ))
+}
+
+/// A closing fence for an opening one of `length` `marker`s.
+fn is_closing_fence(line: &str, marker: char, length: usize) -> bool {
+    let text = line.trim_start_matches([' ', '\t']);
+    let rest = text.trim_start_matches(marker);
+    text.len() - rest.len() >= length && rest.trim().is_empty()
+}
+
+fn position(code: &str, offset: usize, message: String, accepted_forms: bool) -> CodeSyntaxError {
     let offset = offset.min(code.len());
     let before = code.get(..offset).unwrap_or(code);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    CodeSyntaxError { line, column, message }
+    CodeSyntaxError { line, column, message, accepted_forms }
 }

@@ -55,6 +55,14 @@ fn the_codec_and_normalizer_texts_are_pinned() {
         CODE_TOO_LONG.fill(&["2000000", "1048576"]),
         "the code is 2000000 bytes, over the limit of 1048576 bytes for one program; send a shorter program"
     );
+    assert_eq!(
+        CODE_MANY_BLOCKS.fill(&["2"]),
+        "the code holds 2 Markdown code blocks; put the whole program in one"
+    );
+    assert_eq!(
+        CODE_ACCEPTED_FORMS,
+        "Accepted forms: an async arrow function such as `async () => { ... }`, a function, an expression, statements with top-level await, or `export default` of a function or a value, each bare or in one Markdown code block."
+    );
 }
 
 #[test]

@@ -124,7 +124,7 @@ async fn every_code_form_runs() {
 async fn a_syntax_error_says_where() {
     assert_eq!(
         outcome("const x = 1\nconst = 2").await,
-        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message()), "kind": "syntax", "logs": [] }).to_string()
+        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}. {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message(), codemode_protocol::texts::CODE_ACCEPTED_FORMS), "kind": "syntax", "logs": [] }).to_string()
     );
 }
 
