@@ -34,6 +34,8 @@ mod engine;
 mod execute;
 mod executor;
 mod host;
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod outbound;
 mod pool;
 mod remote;

@@ -1,0 +1,1 @@
+//! An upstream MCP server (a child process over stdio, or streamable HTTP) as a provider.
