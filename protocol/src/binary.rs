@@ -266,10 +266,10 @@ impl schemars::JsonSchema for Bytes {
 
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         schemars::json_schema!({
-            "description": "Bytes as the binary tag: {\"__executor_binary_v1__\": kind, \"data\": standard base64}.",
+            "description": "Bytes as the binary tag: {\"__executor_binary_v1__\": \"Uint8Array\", \"data\": standard base64}.",
             "type": "object",
             "properties": {
-                "__executor_binary_v1__": { "type": "string" },
+                "__executor_binary_v1__": { "const": "Uint8Array" },
                 "data": { "type": "string" }
             },
             "required": ["__executor_binary_v1__", "data"],
