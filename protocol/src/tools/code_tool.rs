@@ -48,11 +48,14 @@ impl CodeTool {
     }
 }
 
-/// The code tool for `table`: [`texts::CODE_TOOL_DESCRIPTION`] around its declarations.
+/// The code tool for `table`: [`texts::CODE_TOOL_DESCRIPTION`], then its declarations
+/// in a TypeScript code block.
 pub fn code_tool(table: &ToolTable) -> CodeTool {
+    let declarations = table.declarations();
+    let declarations = declarations.trim_end();
     CodeTool {
         name: texts::CODE_TOOL_NAME.to_owned(),
-        description: texts::CODE_TOOL_DESCRIPTION.fill(&[&table.declarations()]),
+        description: format!("{}\n\n```ts\n{declarations}\n```", texts::CODE_TOOL_DESCRIPTION),
         input_schema: json!({
             "type": "object",
             "properties": {

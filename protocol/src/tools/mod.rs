@@ -7,7 +7,7 @@
 //! providers: every tool has a sandbox name ([`sandbox_name`]) distinct within its
 //! provider, the table routes a call by either name to the tool, shapes its arguments
 //! ([`ToolTable::arguments`]) and renders what the model reads ([`declarations`],
-//! [`code_tool`]). All of it is pure: the toolbox that runs handlers lives in the executor.
+//! [`code_tool()`]). All of it is pure: the toolbox that runs handlers lives in the executor.
 
 mod arguments;
 pub mod code_tool;
