@@ -151,3 +151,52 @@ fn the_wire_texts_are_pinned() {
         "The connection to the daemon closed before the run ended. The execution is lost; run it again."
     );
 }
+
+#[test]
+fn the_tool_texts_are_pinned() {
+    assert_eq!(
+        TOOL_NAME_EMPTY.fill(&["gh"]),
+        "A tool of provider \"gh\" has an empty name. Give every tool a name."
+    );
+    assert_eq!(
+        TOOL_DECLARED_TWICE.fill(&["find", "store"]),
+        "Tool \"find\" of provider \"store\" is declared twice. Give each tool its own name."
+    );
+    assert_eq!(
+        TOOL_NAMES_COLLIDE.fill(&["a-b", "a_b", "gh", "a_b"]),
+        "Tools \"a-b\" and \"a_b\" of provider \"gh\" both become \"a_b\" in the sandbox. Rename one of them, or leave one out."
+    );
+    assert_eq!(
+        TOOL_OPTIONS_NOT_OBJECT.fill(&["gh", "add"]),
+        "Provider \"gh\" sends one options object, but the input schema of its tool \"add\" is not an object. Describe the arguments as an object (a struct), or use positional arguments."
+    );
+    assert_eq!(
+        TOOL_ARGUMENTS_NOT_JSON.fill(&["store.find", "EOF"]),
+        "The arguments of store.find are not JSON: EOF"
+    );
+    assert_eq!(
+        TOOL_TOO_MANY_ARGUMENTS.fill(&["store.find(id)", "1", "2"]),
+        "store.find(id) takes at most 1 arguments, but was called with 2."
+    );
+    assert_eq!(
+        TOOL_ARGUMENTS_DO_NOT_FIT.fill(&["store.find", "missing field `id`"]),
+        "The arguments of store.find do not fit its parameters: missing field `id`."
+    );
+    assert_eq!(
+        TOOL_ARGUMENT_DOES_NOT_FIT.fill(&[
+            "store.find",
+            "id",
+            "invalid type: integer `7`, expected a string"
+        ]),
+        "The arguments of store.find do not fit its parameters: at `id`, invalid type: integer `7`, expected a string."
+    );
+    assert_eq!(CODE_TOOL_NAME, "execute");
+    assert_eq!(
+        CODE_TOOL_CODE_PARAMETER,
+        "The program: the source of an async arrow function, such as `async () => { return 1 }`."
+    );
+    assert!(
+        CODE_TOOL_DESCRIPTION
+            .starts_with("Run a JavaScript program in a sandbox and get back what it returns.\n\n")
+    );
+}
