@@ -119,7 +119,7 @@ async fn arguments_that_do_not_fit_are_catchable_errors_naming_what_was_wrong() 
             "store.findUser('ada', 1, 2)",
             "store.findUser(id, limit) takes at most 2 arguments, but was called with 3.",
         ),
-        ("store.version('x')", "store.version() takes at most 0 arguments, but was called with 1."),
+        ("store.version('x')", "store.version() takes no arguments, but was called with 1."),
         (
             "store.add(1)",
             "The arguments of store.add do not fit its parameters: at `[1]`, invalid type: null, expected f64.",

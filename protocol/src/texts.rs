@@ -176,8 +176,9 @@ pub const TOOL_OPTIONS_NOT_OBJECT: Template = Template(
 pub const TOOL_ARGUMENTS_NOT_JSON: Template = Template("The arguments of {call} are not JSON: {problem}");
 
 /// A positional call with more arguments than the tool has parameters.
+/// `{most}` reads `no arguments`, `at most 1 argument` or `at most N arguments`.
 pub const TOOL_TOO_MANY_ARGUMENTS: Template =
-    Template("{signature} takes at most {most} arguments, but was called with {given}.");
+    Template("{signature} takes {most}, but was called with {given}.");
 
 /// Arguments whose shape does not fit the tool's type.
 pub const TOOL_ARGUMENTS_DO_NOT_FIT: Template =

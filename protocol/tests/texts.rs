@@ -175,8 +175,8 @@ fn the_tool_texts_are_pinned() {
         "The arguments of store.find are not JSON: EOF"
     );
     assert_eq!(
-        TOOL_TOO_MANY_ARGUMENTS.fill(&["store.find(id)", "1", "2"]),
-        "store.find(id) takes at most 1 arguments, but was called with 2."
+        TOOL_TOO_MANY_ARGUMENTS.fill(&["store.find(id)", "at most 1 argument", "2"]),
+        "store.find(id) takes at most 1 argument, but was called with 2."
     );
     assert_eq!(
         TOOL_ARGUMENTS_DO_NOT_FIT.fill(&["store.find", "missing field `id`"]),

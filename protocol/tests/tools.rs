@@ -80,13 +80,13 @@ fn positional_arguments_lie_on_the_parameters_the_schema_names() {
     assert_eq!(shaped(true, json!({"type": "string"}), r#"["x"]"#), r#""x""#);
     assert_eq!(
         shaped(true, json!({"type": "string"}), r#"["x","y"]"#),
-        "error: store.find(value) takes at most 1 arguments, but was called with 2."
+        "error: store.find(value) takes at most 1 argument, but was called with 2."
     );
     assert_eq!(shaped(true, json!({"type": "null"}), "[]"), "null");
     assert_eq!(shaped(false, json!({"type": "null"}), "{}"), "null");
     assert_eq!(
         shaped(true, json!({"type": "null"}), "[1]"),
-        "error: store.find() takes at most 0 arguments, but was called with 1."
+        "error: store.find() takes no arguments, but was called with 1."
     );
     assert_eq!(shaped(true, json!(true), "[1]"), "1");
     assert_eq!(

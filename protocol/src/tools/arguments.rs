@@ -190,7 +190,11 @@ impl ToolTable {
                 return Err(ArgumentsError {
                     message: texts::TOOL_TOO_MANY_ARGUMENTS.fill(&[
                         &call.signature(&parameters),
-                        &most.to_string(),
+                        &match most {
+                            0 => "no arguments".to_owned(),
+                            1 => "at most 1 argument".to_owned(),
+                            n => format!("at most {n} arguments"),
+                        },
                         &list.len().to_string(),
                     ]),
                 });
