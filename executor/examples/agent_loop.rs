@@ -34,7 +34,7 @@ struct Order {
 }
 
 fn toolbox() -> Toolbox {
-    let orders = vec![
+    let orders = [
         (1, "ada", Status::Shipped, 4200),
         (2, "grace", Status::Open, 3100),
         (3, "ada", Status::Open, 1550),

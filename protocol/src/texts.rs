@@ -192,7 +192,7 @@ pub const TOOL_ARGUMENT_DOES_NOT_FIT: Template =
 pub const CODE_TOOL_NAME: &str = "execute";
 
 /// The description of the code tool; the providers' declarations follow it in a
-/// TypeScript code block ([`crate::tools::code_tool`]).
+/// TypeScript code block ([`crate::tools::code_tool()`]).
 pub const CODE_TOOL_DESCRIPTION: &str = "Run a JavaScript program in a sandbox and get back what it returns.
 
 Write one async arrow function, `async () => { ... }`. Inside it, each provider declared below is a global object whose methods are tool calls: await them, run independent calls together with Promise.all, and do the filtering, joining and arithmetic in code instead of asking for each step. A tool that fails throws an Error you can catch. The function's return value is the result (JSON values; bytes as Uint8Array), and console.log lines come back with it. There is no network, no file system and no module loading: these tools are the only way to reach data. Write plain JavaScript; the declarations use TypeScript only to describe the tools.";
