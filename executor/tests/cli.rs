@@ -334,3 +334,50 @@ fn declarations_need_providers_to_declare() {
         )
     );
 }
+
+#[test]
+fn declarations_print_what_the_model_reads() {
+    let (code, stdout, stderr) = codemode_with(&["declarations", &spec()]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_eq!(
+        stdout,
+        r#"/** The shop's customers and what they ordered. */
+declare const shop: {
+  /**
+   * The customer with this id: a list of one, or empty when there is none.
+   * @param id The customer's id.
+   */
+  customer(id: number): Promise<Customer[]>;
+  /**
+   * Orders placed on or after a day, newest first.
+   * @param day YYYY-MM-DD
+   */
+  orders_since(day: string, limit?: number): Promise<unknown>;
+  /** The currency prices are in. */
+  currency(): Promise<"EUR" | "USD">;
+};
+
+interface Customer {
+  id: number;
+  name: string;
+  email: string;
+}
+"#
+    );
+    let (code, stdout, _) = codemode_with(&["declarations", "--db"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("  query(sql: string, ...params: unknown[]): Promise<Record<string, unknown>[]>;\n"),
+        "{stdout}"
+    );
+    let (code, stdout, _) = codemode_with(&["declarations", &spec(), "--format", "code-tool"]);
+    assert_eq!(code, 0);
+    let tool: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(tool["name"], "execute");
+    assert!(tool["description"].as_str().unwrap().ends_with("  email: string;\n}\n```"));
+    let (code, stdout, _) = codemode_with(&["declarations", &spec(), "--format", "json-schema"]);
+    assert_eq!(code, 0);
+    let schemas: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(schemas["providers"][0]["tools"][1]["name"], "orders_since");
+    assert_eq!(schemas["providers"][0]["tools"][1]["originalName"], "orders-since");
+}

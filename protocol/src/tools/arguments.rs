@@ -269,8 +269,9 @@ impl CallName<'_> {
             Parameters::Tuple { items, rest } => {
                 let mut names: Vec<String> =
                     items.iter().enumerate().map(|(i, item)| parameter_name(item, i)).collect();
-                if rest.is_some() {
-                    names.push("...rest".to_owned());
+                if let Some(rest) = rest {
+                    let titled = parameter_name(rest, 0);
+                    names.push(format!("...{}", if titled == "arg0" { "rest" } else { &titled }));
                 }
                 names
             }

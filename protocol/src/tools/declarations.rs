@@ -310,7 +310,8 @@ impl<'a> Renderer<'a> {
                     docs.push((name, parameter_doc(item)));
                 }
                 if let Some(rest) = rest {
-                    let name = parameter_name("rest", &mut used);
+                    let titled = tuple_parameter_name(rest, 0);
+                    let name = parameter_name(if titled == "arg0" { "rest" } else { &titled }, &mut used);
                     let ty = self.ty(cx(root(rest)), rest);
                     params.push(format!("...{name}: {}[]", ty.atom_text()));
                     docs.push((name, parameter_doc(rest)));
