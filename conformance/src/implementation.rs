@@ -168,8 +168,9 @@ impl Implementation for Subprocess {
                         let Some(line) = line.map_err(|e| e.to_string())? else { break };
                         match codemode_protocol::from_json_str::<ServerMessage>(&line) {
                             Ok(ServerMessage::Call { call, tool_call, .. }) => {
-                                let (host, answered) = (host.clone(), answered.clone());
-                                tokio::spawn(async move { let _ = answered.send((call, host.dispatch(tool_call).await)); });
+                                // The call reaches the host here, in arrival order; only its answer is awaited apart.
+                                let (answer, answered) = (host.dispatch(tool_call), answered.clone());
+                                tokio::spawn(async move { let _ = answered.send((call, answer.await)); });
                             }
                             Ok(ServerMessage::Outcome { outcome: o, .. }) => {
                                 outcome = Some(o);

@@ -57,33 +57,69 @@ impl Host {
     }
 
     fn start(&self, id: u64, future: AnswerFuture, panicked: fn() -> CallAnswer) -> Option<CallAnswer> {
-        let mut guarded = Guarded { future, panicked };
-        let first = {
-            let _context = self.runtime.enter();
-            Pin::new(&mut guarded).poll(&mut Context::from_waker(Waker::noop()))
-        };
-        match first {
-            Poll::Ready(answer) => Some(answer),
-            Poll::Pending => {
-                // The spawned task polls again at once, with a waker of its own.
+        let _context = self.runtime.enter();
+        match poll_once(future, panicked) {
+            Ok(answer) => Some(answer),
+            Err(pending) => {
                 let deliver = self.deliver.clone();
-                self.runtime.spawn(async move { deliver(id, guarded.await) });
+                self.runtime.spawn(async move { deliver(id, pending.await) });
                 None
             }
         }
     }
 }
 
-/// An answer future whose panic becomes an answer, so a call always settles.
-struct Guarded {
-    future: AnswerFuture,
-    panicked: fn() -> CallAnswer,
+/// Start a call's answer where the call arrived, in arrival order: poll it once now (so
+/// the host sees calls in the order the program made them), then hand `finish` the
+/// answer, at once or from a task on the current runtime. A panic becomes `panicked()`.
+///
+/// Every transport that answers calls (process isolation, the remote client) goes
+/// through here, as the in-process [`Host`] does, so call order is the same on each.
+pub(crate) fn answer_in_order<T: Send + 'static>(
+    future: Pin<Box<dyn Future<Output = T> + Send>>,
+    panicked: fn() -> T,
+    finish: impl FnOnce(T) + Send + 'static,
+) {
+    match poll_once(future, panicked) {
+        Ok(answer) => finish(answer),
+        Err(pending) => {
+            tokio::spawn(async move { finish(pending.await) });
+        }
+    }
 }
 
-impl Future for Guarded {
-    type Output = CallAnswer;
+/// The dispatch panicked: the text a call of `answer_in_order` settles with.
+pub(crate) fn dispatch_panicked() -> String {
+    error_envelope(DISPATCH_PANICKED)
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<CallAnswer> {
+/// The outbound handler panicked: the answer a fetch of `answer_in_order` settles with.
+pub(crate) fn fetch_panicked() -> Result<crate::outbound::OutboundResponse, String> {
+    Err(OUTBOUND_PANICKED.to_owned())
+}
+
+/// Poll once with a no-op waker (a spawned task polls again at once with its own).
+fn poll_once<T>(
+    future: Pin<Box<dyn Future<Output = T> + Send>>,
+    panicked: fn() -> T,
+) -> Result<T, Guarded<T>> {
+    let mut guarded = Guarded { future, panicked };
+    match Pin::new(&mut guarded).poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(answer) => Ok(answer),
+        Poll::Pending => Err(guarded),
+    }
+}
+
+/// An answer future whose panic becomes an answer, so a call always settles.
+struct Guarded<T> {
+    future: Pin<Box<dyn Future<Output = T> + Send>>,
+    panicked: fn() -> T,
+}
+
+impl<T> Future for Guarded<T> {
+    type Output = T;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
         let panicked = self.panicked;
         match catch_unwind(AssertUnwindSafe(|| self.future.as_mut().poll(cx))) {
             Ok(poll) => poll,

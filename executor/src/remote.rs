@@ -21,6 +21,7 @@ use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::daemon::Address;
+use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::request::Request;
 use crate::wire::{MAX_FRAME_BYTES, read_frame, write_message};
 
@@ -243,19 +244,24 @@ where
                     let dispatch = connection.pending().get(&execution).and_then(|p| p.dispatch.clone());
                     let Some(dispatch) = dispatch else { continue };
                     let out = connection.out.clone();
-                    tokio::spawn(async move {
-                        let answer = dispatch.dispatch(tool_call).await;
-                        let _ = out.send(ClientMessage::Answer { execution, call, answer });
-                    });
+                    answer_in_order(
+                        Box::pin(async move { dispatch.dispatch(tool_call).await }),
+                        dispatch_panicked,
+                        move |answer| drop(out.send(ClientMessage::Answer { execution, call, answer })),
+                    );
                 }
                 ServerMessage::Fetch { execution, call, request } => {
                     let outbound = connection.pending().get(&execution).and_then(|p| p.outbound.clone());
                     let Some(outbound) = outbound else { continue };
                     let out = connection.out.clone();
-                    tokio::spawn(async move {
-                        let answer = crate::outbound::to_fetch_answer(outbound.fetch(request.into()).await);
-                        let _ = out.send(ClientMessage::FetchAnswer { execution, call, answer });
-                    });
+                    answer_in_order(
+                        Box::pin(async move { outbound.fetch(request.into()).await }),
+                        fetch_panicked,
+                        move |answer| {
+                            let answer = crate::outbound::to_fetch_answer(answer);
+                            drop(out.send(ClientMessage::FetchAnswer { execution, call, answer }));
+                        },
+                    );
                 }
                 ServerMessage::Outcome { execution, outcome } => {
                     if let Some(pending) = connection.pending().remove(&execution) {

@@ -12,7 +12,7 @@
 //! protocol mid-run, ends the run `internal`; no answer by the deadline plus the grace
 //! ends it `timeout`.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
@@ -22,6 +22,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc;
 
 use super::{read_message, write_message};
+use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::request::Request;
 
 /// How long past the deadline a worker process may take to answer before it is killed.
@@ -32,7 +33,30 @@ pub(crate) use crate::config::WorkerCommand;
 struct Worker {
     child: Child,
     stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
+    /// The worker's messages, read whole by a task of their own: a receive is
+    /// cancellation-safe where reading a line inside `select!` is not (a half-read line
+    /// would be lost and the next read would see a torn frame).
+    frames: mpsc::Receiver<Result<ServerMessage, String>>,
+}
+
+/// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
+fn read_frames(mut stdout: BufReader<ChildStdout>) -> mpsc::Receiver<Result<ServerMessage, String>> {
+    // A few frames of slack; past it the worker's writes wait, as a pipe's would.
+    let (frames, received) = mpsc::channel(16);
+    tokio::spawn(async move {
+        loop {
+            let frame = match read_message::<_, ServerMessage>(&mut stdout).await {
+                Ok(Some(message)) => Ok(message),
+                Ok(None) => Err("the worker process closed its output".to_owned()),
+                Err(problem) => Err(problem),
+            };
+            let last = frame.is_err();
+            if frames.send(frame).await.is_err() || last {
+                break;
+            }
+        }
+    });
+    received
 }
 
 pub(crate) struct ProcessPool {
@@ -64,7 +88,7 @@ impl ProcessPool {
             .await
             .map_err(|e| e.to_string())?;
         match read_message::<_, ServerMessage>(&mut stdout).await? {
-            Some(ServerMessage::Hello(_)) => Ok(Worker { child, stdin, stdout }),
+            Some(ServerMessage::Hello(_)) => Ok(Worker { child, stdin, frames: read_frames(stdout) }),
             other => Err(format!("the worker process did not answer the hello: {other:?}")),
         }
     }
@@ -119,29 +143,33 @@ async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> 
         .await
         .map_err(|_| died())?;
     let (answered, mut answers) = mpsc::unbounded_channel::<ClientMessage>();
-    let answered = Arc::new(answered);
     loop {
         tokio::select! {
-            message = read_message::<_, ServerMessage>(&mut worker.stdout) => match message {
-                Ok(Some(ServerMessage::Call { call, tool_call, .. })) => {
+            frame = worker.frames.recv() => match frame {
+                Some(Ok(ServerMessage::Call { call, tool_call, .. })) => {
                     let Some(dispatch) = request.dispatch.clone() else { continue };
                     let answered = answered.clone();
-                    tokio::spawn(async move {
-                        let answer = dispatch.dispatch(tool_call).await;
-                        let _ = answered.send(ClientMessage::Answer { execution: 1, call, answer });
-                    });
+                    answer_in_order(
+                        Box::pin(async move { dispatch.dispatch(tool_call).await }),
+                        dispatch_panicked,
+                        move |answer| drop(answered.send(ClientMessage::Answer { execution: 1, call, answer })),
+                    );
                 }
-                Ok(Some(ServerMessage::Fetch { call, request: fetch, .. })) => {
+                Some(Ok(ServerMessage::Fetch { call, request: fetch, .. })) => {
                     let Some(outbound) = request.outbound.clone() else { continue };
                     let answered = answered.clone();
-                    tokio::spawn(async move {
-                        let answer = crate::outbound::to_fetch_answer(outbound.fetch(fetch.into()).await);
-                        let _ = answered.send(ClientMessage::FetchAnswer { execution: 1, call, answer });
-                    });
+                    answer_in_order(
+                        Box::pin(async move { outbound.fetch(fetch.into()).await }),
+                        fetch_panicked,
+                        move |answer| {
+                            let answer = crate::outbound::to_fetch_answer(answer);
+                            drop(answered.send(ClientMessage::FetchAnswer { execution: 1, call, answer }));
+                        },
+                    );
                 }
-                Ok(Some(ServerMessage::Outcome { outcome, .. })) => return Ok(outcome),
-                Ok(Some(_)) => {}
-                Ok(None) | Err(_) => return Err(died()),
+                Some(Ok(ServerMessage::Outcome { outcome, .. })) => return Ok(outcome),
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return Err(died()),
             },
             Some(answer) = answers.recv() => {
                 write_message(&mut worker.stdin, &answer)

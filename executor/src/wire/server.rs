@@ -208,7 +208,12 @@ where
                     tell(ServeEvent::Started { execution });
                 }
                 let started = std::time::Instant::now();
+                // The task waits until its id is recorded as running: a run that ends at once
+                // must not remove its id before the id is there (which left a stale entry
+                // that refused the id's next use).
+                let (recorded, gate) = oneshot::channel::<()>();
                 let task = tokio::spawn(async move {
+                    let _ = gate.await;
                     let outcome = if retain {
                         let (outcome, handle) = executor.execute_retained(request).await;
                         lock(&retained_map).insert(execution, handle);
@@ -225,6 +230,7 @@ where
                     let _ = out.send(ServerMessage::Outcome { execution, outcome });
                 });
                 lock(&running).insert(execution, task);
+                let _ = recorded.send(());
             }
             ClientMessage::Answer { execution, call, answer } => {
                 if let Some(waiter) = lock(&waiting).remove(&(execution, call)) {

@@ -1,0 +1,99 @@
+//! What holds on every transport (in-process, process isolation, a daemon): calls reach
+//! the host in program order, and no execution is lost.
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
+use codemode_executor::{
+    Execute, Executor, ExecutorConfig, Isolation, RemoteExecutor, Request, WorkerCommand,
+};
+use codemode_protocol::{ProviderDescriptor, ToolCall};
+use support::json;
+
+/// One executor per transport, all on this process's dispatch.
+async fn transports(tag: &str) -> (Vec<(&'static str, Box<dyn Execute>)>, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!("codemode-transports-{}-{tag}.sock", std::process::id()));
+    let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(path.clone()))).await.unwrap();
+    let address = daemon.address().to_string();
+    tokio::spawn(daemon.serve(Executor::default()));
+    let command =
+        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
+    let isolated = Executor::new(ExecutorConfig {
+        workers: 2,
+        isolation: Isolation::Process(command),
+        ..Default::default()
+    });
+    let executors: Vec<(&'static str, Box<dyn Execute>)> = vec![
+        ("in-process", Box::new(Executor::default())),
+        ("process isolation", Box::new(isolated)),
+        ("daemon", Box::new(RemoteExecutor::connect(&address, None).await.unwrap())),
+    ];
+    (executors, path)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_reach_the_host_in_program_order_on_every_transport() {
+    let (executors, socket) = transports("order").await;
+    let code = "async () => (await Promise.all([store.x('a'), store.y('b'), store.x('c'), store.y('d'), store.x('e'), store.y('f'), store.x('g'), store.y('h')])).join('')";
+    for (name, executor) in &executors {
+        for round in 0..40 {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let record = seen.clone();
+            let outcome = executor
+                .execute(Request::new(code).provider(ProviderDescriptor::new("store", ["x", "y"])).dispatch(
+                    move |call: ToolCall| {
+                        let record = record.clone();
+                        async move {
+                            // Recorded at the first poll: the moment the host takes the call.
+                            record.lock().unwrap().push(call.args_json.clone());
+                            // Answers come back in another order than the calls went out.
+                            let letter = call.args_json.as_bytes()[2];
+                            tokio::time::sleep(Duration::from_micros(u64::from(b'h' - letter) * 50)).await;
+                            format!(r#"{{"result":{}}}"#, &call.args_json[1..call.args_json.len() - 1])
+                        }
+                    },
+                ))
+                .await;
+            assert_eq!(json(&outcome), r#"{"result":"abcdefgh","logs":[]}"#, "{name}, round {round}");
+            let order: Vec<String> = seen.lock().unwrap().clone();
+            assert_eq!(
+                order,
+                ["a", "b", "c", "d", "e", "f", "g", "h"].map(|l| format!(r#"["{l}"]"#)),
+                "{name}, round {round}"
+            );
+        }
+    }
+    let _ = std::fs::remove_file(socket);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_execution_is_lost_on_any_transport() {
+    let (executors, socket) = transports("lost").await;
+    let argument = "x".repeat(30_000);
+    let calls = format!(
+        "async () => (await Promise.all(Array.from({{ length: 40 }}, (_, i) => store.echo(i, '{argument}')))).reduce((a, b) => a + b, 0)"
+    );
+    for (name, executor) in &executors {
+        for run in 0..300 {
+            let outcome = executor.execute(Request::new("async () => 1")).await;
+            assert_eq!(json(&outcome), r#"{"result":1,"logs":[]}"#, "{name}, sequential run {run}");
+        }
+        for run in 0..20 {
+            let outcome = executor
+                .execute(
+                    Request::new(calls.as_str())
+                        .provider(ProviderDescriptor::new("store", ["echo"]))
+                        .dispatch(|call: ToolCall| async move {
+                            let index: String =
+                                call.args_json[1..].chars().take_while(char::is_ascii_digit).collect();
+                            format!(r#"{{"result":{index}}}"#)
+                        }),
+                )
+                .await;
+            assert_eq!(json(&outcome), r#"{"result":780,"logs":[]}"#, "{name}, run {run} of 40 calls");
+        }
+    }
+    let _ = std::fs::remove_file(socket);
+}
