@@ -34,11 +34,8 @@ struct Order {
 }
 
 fn toolbox() -> Toolbox {
-    let orders = [
-        (1, "ada", Status::Shipped, 4200),
-        (2, "grace", Status::Open, 3100),
-        (3, "ada", Status::Open, 1550),
-    ];
+    let orders =
+        [(1, "ada", Status::Shipped, 4200), (2, "grace", Status::Open, 3100), (3, "ada", Status::Open, 1550)];
     Toolbox::new([Provider::new("store").description("The shop's orders.").sync_tool(
         "orders",
         "Orders, newest first.",
@@ -89,12 +86,15 @@ async fn main() {
     let executor = Executor::default();
     let tools = [toolbox.code_tool().anthropic()];
     let mut model = ScriptedModel;
-    let mut messages = vec![json!({ "role": "user", "content": [{ "type": "text", "text": "How much is in open orders?" }] })];
+    let mut messages = vec![
+        json!({ "role": "user", "content": [{ "type": "text", "text": "How much is in open orders?" }] }),
+    ];
     println!("The code tool's description:\n{}\n", tools[0]["description"].as_str().unwrap_or_default());
     loop {
         let reply = model.reply(&tools, &messages);
         messages.push(reply.clone());
-        let Some(call) = reply["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "tool_use")) else {
+        let Some(call) = reply["content"].as_array().and_then(|c| c.iter().find(|b| b["type"] == "tool_use"))
+        else {
             println!("{}", reply["content"][0]["text"].as_str().unwrap_or_default());
             break;
         };
