@@ -5,6 +5,8 @@
 
 mod db;
 mod fixture;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod spec;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +15,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{Daemon, DaemonConfig, TlsFiles};
-use codemode_executor::{EngineKind, Executor, ExecutorConfig, Isolation, Request, Toolbox, WorkerCommand};
+use codemode_executor::{
+    EngineKind, Executor, ExecutorConfig, Isolation, Provider, Request, Toolbox, WorkerCommand,
+};
 use codemode_protocol::ToolTable;
 
 #[derive(Parser)]
@@ -100,6 +104,11 @@ enum Command {
         #[command(flatten)]
         engine: EngineArg,
     },
+    /// Serve code mode to any MCP client: one tool, `execute`, whose description declares
+    /// the providers (from --db, --spec and upstream MCP servers), over stdio or
+    /// streamable HTTP.
+    #[cfg(feature = "mcp")]
+    Mcp(mcp::McpArgs),
 }
 
 /// `--engine`, read with `EngineKind`'s own parser so an engine this build lacks is
@@ -150,6 +159,8 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => mcp::mcp(args),
         Command::Serve {
             listen,
             token_file,
@@ -254,9 +265,18 @@ struct Sources {
     spec: Option<PathBuf>,
 }
 
-/// The toolbox of `--db` and `--spec` (the spec's SQL tools query `--db`, else the
-/// spec's own database); `None` when neither is given.
+/// The toolbox of `--db` and `--spec`; `None` when neither is given.
 fn toolbox(db: Option<&Path>, spec: Option<&Path>) -> Result<Option<Toolbox>, String> {
+    let providers = providers(db, spec)?;
+    if providers.is_empty() {
+        return Ok(None);
+    }
+    Toolbox::new(providers).map(Some).map_err(|e| e.to_string())
+}
+
+/// The providers of `--db` and `--spec` (the spec's SQL tools query `--db`, else the
+/// spec's own database).
+fn providers(db: Option<&Path>, spec: Option<&Path>) -> Result<Vec<Provider>, String> {
     let spec = spec.map(spec::Spec::load).transpose()?;
     let path = db.map(Path::to_owned).or_else(|| spec.as_ref().and_then(spec::Spec::database));
     let database = path.as_deref().map(db::Database::open).transpose()?;
@@ -267,10 +287,7 @@ fn toolbox(db: Option<&Path>, spec: Option<&Path>) -> Result<Option<Toolbox>, St
     if let Some(spec) = &spec {
         providers.extend(spec.providers(database.as_ref())?);
     }
-    if providers.is_empty() {
-        return Ok(None);
-    }
-    Toolbox::new(providers).map(Some).map_err(|e| e.to_string())
+    Ok(providers)
 }
 
 fn declarations(spec: Option<PathBuf>, db: bool, format: Format) -> Result<String, String> {

@@ -1,0 +1,302 @@
+//! `codemode mcp`: code mode served to any MCP client (stdio, or streamable HTTP), its
+//! providers from SQLite, tool spec files and upstream MCP servers.
+
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use codemode_executor::mcp::serve::{CodeModeServer, DEFAULT_MAX_EXECUTIONS, HTTP_PATH, ServeLimits};
+use codemode_executor::mcp::upstream;
+use codemode_executor::{Executor, Provider, Toolbox};
+
+use crate::EngineArg;
+
+/// What `codemode mcp` is told on its command line.
+#[derive(clap::Args)]
+#[command(after_long_help = AFTER_HELP)]
+pub(crate) struct McpArgs {
+    /// Serve the provider `db` from SQLite: FILE.sql is loaded into memory, anything else opened read-only.
+    #[arg(long, value_name = "FILE")]
+    db: Option<PathBuf>,
+    /// Serve the providers of a tool spec file (as `run --spec`).
+    #[arg(long, value_name = "SPEC.json")]
+    spec: Option<PathBuf>,
+    /// Serve an upstream MCP server's tools as the provider NAME: NAME=URL for streamable
+    /// HTTP (http:// or https://), or NAME=COMMAND ARGS... for a child process over stdio,
+    /// the words split as a shell would (quotes group, a backslash escapes, nothing is
+    /// expanded) and its stderr going to ours. Each tool takes one arguments object
+    /// (`NAME.tool({ ... })`). Repeat for more servers.
+    #[arg(long = "server", value_name = "NAME=COMMAND ARGS...|NAME=URL")]
+    servers: Vec<String>,
+    /// Serve streamable HTTP on ADDR (HOST:PORT, e.g. 127.0.0.1:8808) at the path /mcp,
+    /// instead of stdio. Only a loopback address unless --allow-remote.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<String>,
+    /// Accept --http on an address that is not loopback. There is no authentication:
+    /// whoever reaches the port runs programs against every provider.
+    #[arg(long, requires = "http")]
+    allow_remote: bool,
+    /// Wall-clock limit of each execution in milliseconds.
+    #[arg(long, value_name = "N")]
+    timeout_ms: Option<u64>,
+    /// The engine's memory limit of each execution in bytes.
+    #[arg(long, value_name = "N")]
+    memory_limit_bytes: Option<usize>,
+    /// Executions running at once, over every client; a call beyond is refused (an error
+    /// result saying so), not queued.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXECUTIONS)]
+    max_executions: usize,
+    #[command(flatten)]
+    engine: EngineArg,
+}
+
+const AFTER_HELP: &str = "\
+The server offers one tool, `execute`, whose description declares every provider; each
+call runs its program in a fresh engine. Over stdio, stdout carries the protocol and
+notes go to stderr.
+
+Examples:
+  codemode mcp --db shop.sql
+  codemode mcp --server 'everything=npx -y @modelcontextprotocol/server-everything'
+  codemode mcp --server 'files=node \"/opt/my server/index.js\" --root /srv' --http 127.0.0.1:8808
+  codemode mcp --server tracker=https://mcp.example.com/mcp
+
+An MCP client's configuration entry:
+  {\"command\": \"codemode\", \"args\": [\"mcp\", \"--db\", \"/path/to/shop.sql\"]}";
+
+/// Where an upstream MCP server is, as `--server` says.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    /// A child process speaking MCP on its stdin and stdout.
+    Command { program: String, args: Vec<String> },
+    /// A streamable HTTP endpoint.
+    Url(String),
+}
+
+/// `NAME=COMMAND ARGS...` or `NAME=URL`, read.
+fn parse_server(text: &str) -> Result<(String, Target), String> {
+    let Some((name, target)) = text.split_once('=') else {
+        return Err(format!(
+            "--server {text:?} has no `=`: write --server NAME=COMMAND ARGS... or --server NAME=URL"
+        ));
+    };
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(format!("--server {text:?} has no provider name before `=`"));
+    }
+    let target = target.trim();
+    if target.starts_with("http://") || target.starts_with("https://") {
+        return Ok((name.to_owned(), Target::Url(target.to_owned())));
+    }
+    let mut words =
+        split_words(target).map_err(|problem| format!("--server {text:?}: {problem}"))?.into_iter();
+    let Some(program) = words.next() else {
+        return Err(format!("--server {text:?} names no command or URL after `=`"));
+    };
+    Ok((name.to_owned(), Target::Command { program, args: words.collect() }))
+}
+
+/// Words as a POSIX shell splits them, without expansions: whitespace separates, single
+/// quotes keep everything, double quotes keep everything but `\"` and `\\`, and a
+/// backslash outside quotes keeps the next character.
+fn split_words(text: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            c if c.is_whitespace() => words.extend(word.take()),
+            '\'' => {
+                let current = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('\'') => break,
+                        Some(c) => current.push(c),
+                        None => return Err("a single quote is not closed".to_owned()),
+                    }
+                }
+            }
+            '"' => {
+                let current = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next() {
+                        Some('"') => break,
+                        Some('\\') => match chars.next() {
+                            Some(c @ ('"' | '\\')) => current.push(c),
+                            Some(c) => {
+                                current.push('\\');
+                                current.push(c);
+                            }
+                            None => return Err("a double quote is not closed".to_owned()),
+                        },
+                        Some(c) => current.push(c),
+                        None => return Err("a double quote is not closed".to_owned()),
+                    }
+                }
+            }
+            '\\' => match chars.next() {
+                Some(c) => word.get_or_insert_with(String::new).push(c),
+                None => return Err("it ends with a lone backslash".to_owned()),
+            },
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    words.extend(word);
+    Ok(words)
+}
+
+/// Run `codemode mcp`: exit 2 for bad usage or a provider that cannot start, 1 when
+/// serving fails, 0 when the client (stdio) closes.
+pub(crate) fn mcp(args: McpArgs) -> ExitCode {
+    let engine = match args.engine.kind() {
+        Ok(engine) => engine,
+        Err(problem) => return crate::usage_error(problem),
+    };
+    let servers = match args.servers.iter().map(|s| parse_server(s)).collect::<Result<Vec<_>, _>>() {
+        Ok(servers) => servers,
+        Err(problem) => return crate::usage_error(problem),
+    };
+    let limits = ServeLimits {
+        timeout: args.timeout_ms.map(Duration::from_millis),
+        memory_limit_bytes: args.memory_limit_bytes,
+        max_executions: args.max_executions,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => return crate::usage_error(format!("cannot start the async runtime: {e}")),
+    };
+    let code = runtime.block_on(async {
+        let server = match start(&args, servers, limits, engine).await {
+            Ok(server) => server,
+            Err(problem) => return crate::usage_error(problem),
+        };
+        let served = match &args.http {
+            None => server.serve_stdio().await,
+            Some(address) => match bind(address, args.allow_remote).await {
+                Ok(listener) => server.serve_http(listener).await,
+                Err(problem) => return crate::usage_error(problem),
+            },
+        };
+        match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(problem) => {
+                eprintln!("codemode mcp: {problem}");
+                ExitCode::FAILURE
+            }
+        }
+    });
+    // A blocking read of stdin, or an upstream's task, must not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
+}
+
+/// The server: the providers of --db, --spec and every --server, on the chosen engine.
+async fn start(
+    args: &McpArgs,
+    servers: Vec<(String, Target)>,
+    limits: ServeLimits,
+    engine: codemode_executor::EngineKind,
+) -> Result<CodeModeServer, String> {
+    let mut providers = crate::providers(args.db.as_deref(), args.spec.as_deref())?;
+    for (name, target) in servers {
+        providers.push(upstream_provider(&name, target).await?);
+    }
+    let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
+    let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
+    let server = CodeModeServer::new(Executor::new(crate::config(engine)), toolbox, limits)?;
+    if names.is_empty() {
+        eprintln!(
+            "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"
+        );
+    } else {
+        eprintln!("codemode mcp: providers: {}", names.join(", "));
+    }
+    Ok(server)
+}
+
+/// An upstream MCP server's tools as the provider `name`, each taking one arguments object.
+async fn upstream_provider(name: &str, target: Target) -> Result<Provider, String> {
+    let connected = match target {
+        // The server's stderr is ours: an MCP client logs a server's stderr, and a server
+        // that fails to start says why there.
+        Target::Command { program, args } => {
+            let mut command = tokio::process::Command::new(program);
+            command.args(args);
+            upstream::Upstream::spawn_command(command, Stdio::inherit()).await
+        }
+        Target::Url(url) => upstream::Upstream::connect_http(url, None).await,
+    };
+    let provider = match connected {
+        Ok(connected) => connected.provider(name).await,
+        Err(error) => Err(error),
+    };
+    provider.map_err(|error| format!("--server {name}: {error}"))
+}
+
+/// Bind `address`; refuse one that is not loopback unless `allow_remote`.
+async fn bind(address: &str, allow_remote: bool) -> Result<tokio::net::TcpListener, String> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| format!("cannot listen on {address}: {e} (write HOST:PORT, e.g. 127.0.0.1:8808)"))?;
+    let local = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+    if !local.ip().is_loopback() {
+        if !allow_remote {
+            return Err(format!(
+                "--http {address} is not a loopback address, and the server has no authentication: \
+                 anyone who reaches {local} could run programs against every provider. Bind 127.0.0.1 \
+                 or [::1] (a client on another machine can come through an SSH tunnel or an \
+                 authenticating proxy), or pass --allow-remote to accept the exposure."
+            ));
+        }
+        eprintln!(
+            "codemode mcp: warning: serving on {local} without authentication (--allow-remote): \
+             whoever reaches it runs programs against every provider"
+        );
+    }
+    eprintln!("codemode mcp: serving streamable HTTP at http://{local}{HTTP_PATH}");
+    Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(text: &str) -> Vec<String> {
+        split_words(text).unwrap()
+    }
+
+    #[test]
+    fn words_split_as_a_shell_would() {
+        assert_eq!(words("  node  index.js stdio "), ["node", "index.js", "stdio"]);
+        assert_eq!(
+            words(r#"node "/opt/my server/index.js" 'a b' c\ d"#),
+            ["node", "/opt/my server/index.js", "a b", "c d"]
+        );
+        assert_eq!(words(r#"echo "" '' "say \"hi\" \n""#), ["echo", "", "", r#"say "hi" \n"#]);
+        assert_eq!(words(r#"a"b"'c'"#), ["abc"]);
+        assert!(split_words("node 'open").is_err());
+        assert!(split_words("node \"open").is_err());
+        assert!(split_words("node \\").is_err());
+    }
+
+    #[test]
+    fn a_server_is_a_url_or_a_command() {
+        assert_eq!(
+            parse_server("gh=https://example.com/mcp").unwrap(),
+            ("gh".to_owned(), Target::Url("https://example.com/mcp".to_owned()))
+        );
+        assert_eq!(
+            parse_server("everything=node /x/index.js stdio").unwrap(),
+            (
+                "everything".to_owned(),
+                Target::Command {
+                    program: "node".to_owned(),
+                    args: vec!["/x/index.js".to_owned(), "stdio".to_owned()]
+                }
+            )
+        );
+        for bad in ["everything", "=node", "everything=", "everything=  "] {
+            assert!(parse_server(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,54 @@
+// A real MCP client, the official TypeScript SDK, driving a server for executor/tests/mcp_serve.rs.
+//
+// node client.mjs STEPS stdio COMMAND ARGS...   (starts the server as a child process)
+// node client.mjs STEPS http URL                (streamable HTTP, one session)
+//
+// STEPS is a JSON array of {"list": true}, {"call": NAME, "arguments": {...}}, or
+// {"together": [calls...], "staggerMs": N} (the calls sent at once, each N ms after the
+// one before). After connecting, the script prints one JSON line with the server's
+// identity, then one per step: what the SDK returned, or {"error": {"code", "message"}}
+// for what it threw; for calls together, an array of those. A call with "abortAfterMs"
+// is cancelled by the client after that long; a step with "delayMs" waits that long first.
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+
+const [steps, kind, ...target] = process.argv.slice(2)
+const print = (value) => process.stdout.write(JSON.stringify(value) + '\n')
+
+const transport =
+  kind === 'stdio'
+    ? new StdioClientTransport({ command: target[0], args: target.slice(1), stderr: 'inherit' })
+    : new StreamableHTTPClientTransport(new URL(target[0]))
+const client = new Client({ name: 'codemode-mcp-serve-test', version: '1.0.0' })
+await client.connect(transport)
+print({ server: client.getServerVersion(), instructions: client.getInstructions() })
+
+const failure = (error) => ({ error: { code: error.code, message: error.message } })
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
+const callTool = (step) => {
+  const options = {}
+  if (step.abortAfterMs !== undefined) {
+    const controller = new AbortController()
+    setTimeout(() => controller.abort(new Error('aborted by the client')), step.abortAfterMs)
+    options.signal = controller.signal
+  }
+  return client.callTool({ name: step.call, arguments: step.arguments }, undefined, options).catch(failure)
+}
+
+for (const step of JSON.parse(steps)) {
+  await sleep(step.delayMs ?? 0)
+  if (step.list) {
+    print(await client.listTools().catch(failure))
+  } else if (step.together) {
+    print(await Promise.all(step.together.map((call, i) => sleep(i * (step.staggerMs ?? 0)).then(() => callTool(call)))))
+  } else {
+    print(await callTool(step))
+  }
+}
+
+if (kind === 'http') {
+  // Ends the session on the server (DELETE), as a well-behaved client does.
+  await transport.terminateSession()
+}
+await client.close()

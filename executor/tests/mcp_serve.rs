@@ -1,0 +1,490 @@
+//! `codemode mcp` driven by a real MCP client, the official TypeScript SDK on node
+//! (`tests/mcp/client.mjs`), over stdio and over streamable HTTP. Nothing is mocked: the
+//! binary serves the SQLite example database and the reference `server-everything` (the
+//! node peers installed by `support/npm.rs` when missing), and the client's answers are
+//! compared whole.
+
+#[path = "support/npm.rs"]
+mod npm;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value as Json, json};
+
+fn manifest() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn shop() -> String {
+    manifest().join("examples/shop.sql").display().to_string()
+}
+
+fn codemode() -> &'static str {
+    env!("CARGO_BIN_EXE_codemode")
+}
+
+/// One step of the client: list the tools, or call one.
+fn list() -> Json {
+    json!({ "list": true })
+}
+
+fn call(code: &str) -> Json {
+    json!({ "call": "execute", "arguments": { "code": code } })
+}
+
+/// Run the client with `steps` against `target` (`["stdio", command, args...]` or
+/// `["http", url]`): its lines, parsed, and its stderr (where a stdio server's goes too).
+fn client(steps: &[Json], target: &[&str]) -> (Vec<Json>, String) {
+    let output = Command::new("node")
+        .arg(npm::peers().join("client.mjs"))
+        .arg(Json::from(steps.to_vec()).to_string())
+        .args(target)
+        .output()
+        .expect("node runs");
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "the client failed:\n{stdout}\n{stderr}");
+    let lines: Vec<Json> = stdout.lines().map(|line| serde_json::from_str(line).unwrap()).collect();
+    assert_eq!(lines.len(), steps.len() + 1, "one line per step after the server's:\n{stdout}\n{stderr}");
+    assert_eq!(lines[0]["server"], json!({"name": "codemode", "title": "Code mode", "version": VERSION}));
+    (lines[1..].to_vec(), stderr)
+}
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+
+fn text(output: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// The code tool `codemode declarations` prints for these arguments.
+fn code_tool(args: &[&str]) -> Json {
+    let output =
+        Command::new(codemode()).arg("declarations").args(args).args(["--format", "code-tool"]).output();
+    serde_json::from_slice(&output.unwrap().stdout).unwrap()
+}
+
+/// A returned outcome as the server answers it.
+fn returned(result: Json, text: &str, logs: &[&str]) -> Json {
+    let mut content = vec![json!({"type": "text", "text": text})];
+    if !logs.is_empty() {
+        content.push(json!({"type": "text", "text": logs.join("\n")}));
+    }
+    json!({"content": content, "structuredContent": {"result": result, "logs": logs}, "isError": false})
+}
+
+/// An error outcome as the server answers it.
+fn failed(kind: &str, error: &str, logs: &[&str]) -> Json {
+    let mut content = vec![json!({"type": "text", "text": error})];
+    if !logs.is_empty() {
+        content.push(json!({"type": "text", "text": logs.join("\n")}));
+    }
+    json!({
+        "content": content,
+        "structuredContent": {"error": error, "kind": kind, "logs": logs},
+        "isError": true
+    })
+}
+
+const CUSTOMERS: &str = "async () => {
+  const rows = await db.query('SELECT name FROM customers WHERE id <= ? ORDER BY id', 2)
+  console.log(`${rows.length} customers`)
+  console.log('done')
+  return rows.map((row) => row.name)
+}";
+
+const THROWS: &str = "async () => {
+  console.log('looking for customer 9')
+  const [customer] = await db.query('SELECT name FROM customers WHERE id = ?', 9)
+  if (!customer) throw new Error('No customer 9.')
+}";
+
+const SPINS: &str = "async () => { console.log('spinning'); while (true) {} }";
+
+#[test]
+fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
+    let started = Instant::now();
+    let top_customers = std::fs::read_to_string(manifest().join("examples/top-customers.js")).unwrap();
+    let steps = [
+        list(),
+        call(CUSTOMERS),
+        call(&top_customers),
+        call(THROWS),
+        call(SPINS),
+        call("async () => { globalThis.seen = (globalThis.seen ?? 0) + 1; return globalThis.seen }"),
+        call("async () => { globalThis.seen = (globalThis.seen ?? 0) + 1; return globalThis.seen }"),
+        call("async () => {"),
+        json!({ "call": "execute", "arguments": {} }),
+        json!({ "call": "execute", "arguments": { "code": 7 } }),
+        json!({ "call": "execute", "arguments": { "code": "async () => 1", "language": "js" } }),
+        json!({ "call": "query", "arguments": { "sql": "SELECT 1" } }),
+    ];
+    let (lines, stderr) =
+        client(&steps, &["stdio", codemode(), "mcp", "--db", &shop(), "--timeout-ms", "300"]);
+
+    // Exactly one tool: the code tool, its description declaring the provider `db`.
+    assert_eq!(lines[0], json!({ "tools": [code_tool(&["--db"])] }));
+    assert!(lines[0]["tools"][0]["description"].as_str().unwrap().contains("declare const db: {"));
+
+    assert_eq!(
+        lines[1],
+        returned(
+            json!(["Ada Lovelace", "Grace Hopper"]),
+            r#"["Ada Lovelace","Grace Hopper"]"#,
+            &["2 customers", "done"]
+        )
+    );
+    // The README's main job: structuredContent is what `codemode run` prints.
+    let run = Command::new(codemode())
+        .args(["run", &manifest().join("examples/top-customers.js").display().to_string(), "--db", &shop()])
+        .output()
+        .unwrap();
+    let printed: Json = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(lines[2]["structuredContent"], printed);
+    assert_eq!(
+        lines[2]["content"],
+        json!([
+            {"type": "text", "text": concat!(
+                r#"[{"id":2,"name":"Grace Hopper","orders":1,"spent_cents":13200,"spent":"132.00","avatarBytes":4},"#,
+                r#"{"id":1,"name":"Ada Lovelace","orders":2,"spent_cents":12350,"spent":"123.50","avatarBytes":8},"#,
+                r#"{"id":4,"name":"Katherine Johnson","orders":2,"spent_cents":11300,"spent":"113.00","avatarBytes":4}]"#
+            )},
+            {"type": "text", "text": "4 tables: customers, order_items, orders, products"}
+        ])
+    );
+
+    assert_eq!(lines[3], failed("thrown", "No customer 9.", &["looking for customer 9"]));
+    assert_eq!(lines[4], failed("timeout", "Execution timed out after 300 ms.", &["spinning"]));
+    // Every call is a fresh engine: nothing a program left behind is there for the next.
+    assert_eq!(lines[5], returned(json!(1), "1", &[]));
+    assert_eq!(lines[6], returned(json!(1), "1", &[]));
+    assert_eq!(lines[7]["structuredContent"]["kind"], "syntax");
+    assert_eq!(lines[7]["isError"], true);
+
+    // Arguments that do not fit are a tool error the model reads (SEP-1303) ...
+    assert_eq!(
+        lines[8],
+        failed(
+            "invalid",
+            "The tool `execute` needs the argument `code`: the program's source as a string, such as \
+             {\"code\": \"async () => { return 1 }\"}.",
+            &[]
+        )
+    );
+    assert_eq!(
+        lines[9],
+        failed(
+            "invalid",
+            "The argument `code` of the tool `execute` must be a string (the program's source), not a number.",
+            &[]
+        )
+    );
+    assert_eq!(
+        lines[10],
+        failed(
+            "invalid",
+            "The tool `execute` takes one argument, `code`; `language` is not one of its arguments. \
+             Send {\"code\": \"async () => { ... }\"}.",
+            &[]
+        )
+    );
+    // ... and an unknown tool is a JSON-RPC error.
+    assert_eq!(
+        lines[11],
+        json!({"error": {
+            "code": -32602,
+            "message": "MCP error -32602: Unknown tool: \"query\". This server has one tool, `execute`."
+        }})
+    );
+    assert!(stderr.contains("codemode mcp: providers: db"), "{stderr}");
+    eprintln!("stdio: {:?}", started.elapsed());
+}
+
+#[test]
+fn with_no_providers_it_still_serves_programs_that_compute_and_says_so() {
+    let (lines, stderr) = client(&[list(), call("async () => 6 * 7")], &["stdio", codemode(), "mcp"]);
+    let none = codemode_protocol::ToolTable::new(Vec::new()).unwrap().code_tool();
+    assert_eq!(lines[0], json!({ "tools": [none] }));
+    assert_eq!(lines[1], returned(json!(42), "42", &[]));
+    assert!(stderr.contains("codemode mcp: note: no providers (give --db, --spec or --server)"), "{stderr}");
+}
+
+/// `codemode mcp --http` on a port of its own; killed when dropped.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(args: &[&str]) -> HttpServer {
+        let mut child = Command::new(codemode())
+            .arg("mcp")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (sender, lines) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = sender.send(line);
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            match lines.recv_timeout(Duration::from_secs(60)) {
+                Ok(line) => match line.strip_prefix("codemode mcp: serving streamable HTTP at ") {
+                    Some(url) => return HttpServer { child, url: url.to_owned() },
+                    None => seen.push(line),
+                },
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!(
+                        "`codemode mcp {}` did not say where it serves:\n{}",
+                        args.join(" "),
+                        seen.join("\n")
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn over_http_each_session_runs_its_own_executions() {
+    let started = Instant::now();
+    let server = HttpServer::start(&["--db", &shop(), "--http", "127.0.0.1:0", "--timeout-ms", "300"]);
+    assert!(server.url.starts_with("http://127.0.0.1:") && server.url.ends_with("/mcp"), "{}", server.url);
+
+    let leave = "async () => { globalThis.left = 'by session one'; return typeof globalThis.left }";
+    let look = "async () => typeof globalThis.left";
+    let (first, _) =
+        client(&[list(), call(CUSTOMERS), call(leave), call(look), call(SPINS)], &["http", &server.url]);
+    assert_eq!(first[0], json!({ "tools": [code_tool(&["--db"])] }));
+    assert_eq!(
+        first[1],
+        returned(
+            json!(["Ada Lovelace", "Grace Hopper"]),
+            r#"["Ada Lovelace","Grace Hopper"]"#,
+            &["2 customers", "done"]
+        )
+    );
+    assert_eq!(first[2], returned(json!("string"), r#""string""#, &[]));
+    assert_eq!(first[3], returned(json!("undefined"), r#""undefined""#, &[]));
+    assert_eq!(first[4], failed("timeout", "Execution timed out after 300 ms.", &["spinning"]));
+
+    // A second session, on the same server, finds nothing of the first's.
+    let (second, _) = client(&[call(look), call(THROWS)], &["http", &server.url]);
+    assert_eq!(second[0], returned(json!("undefined"), r#""undefined""#, &[]));
+    assert_eq!(second[1], failed("thrown", "No customer 9.", &["looking for customer 9"]));
+    eprintln!("http: {:?}", started.elapsed());
+}
+
+/// The reference server of the official MCP packages, on stdio.
+fn everything() -> String {
+    let entry = npm::node_script("@modelcontextprotocol/server-everything/dist/index.js");
+    format!("everything=node '{}' stdio", entry.display())
+}
+
+#[test]
+fn an_upstream_servers_tools_are_a_provider_beside_the_database() {
+    let program = "async () => {
+  const [echo, sum, weather] = await Promise.all([
+    everything.echo({ message: 'from codemode' }),
+    everything.get_sum({ a: 19, b: 23 }),
+    everything.get_structured_content({ location: 'Chicago' }),
+  ])
+  try {
+    await everything.get_sum({ a: 'nineteen', b: 23 })
+  } catch (error) {
+    console.log(error.message)
+  }
+  const [{ n }] = await db.query('SELECT count(*) AS n FROM customers')
+  return { echo, sum, weather, customers: n }
+}";
+    let (lines, stderr) = client(
+        &[list(), call(program)],
+        &["stdio", codemode(), "mcp", "--db", &shop(), "--server", &everything()],
+    );
+    let tools = lines[0]["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1);
+    assert_eq!(tools[0]["name"], "execute");
+    let description = tools[0]["description"].as_str().unwrap();
+    for declared in [
+        "declare const db: {",
+        "declare const everything: {",
+        "  /** Returns the sum of two numbers */\n  get_sum(options: {\n    /** First number */\n    a: number;",
+    ] {
+        assert!(description.contains(declared), "{declared:?} in {description}");
+    }
+    assert_eq!(
+        lines[1],
+        returned(
+            json!({
+                "echo": "Echo: from codemode",
+                "sum": "The sum of 19 and 23 is 42.",
+                "weather": {"temperature": 36, "conditions": "Light rain / drizzle", "humidity": 82},
+                "customers": 4
+            }),
+            concat!(
+                r#"{"echo":"Echo: from codemode","sum":"The sum of 19 and 23 is 42.","#,
+                r#""weather":{"temperature":36,"conditions":"Light rain / drizzle","humidity":82},"customers":4}"#
+            ),
+            &[
+                "MCP error -32602: Input validation error: Invalid arguments for tool get-sum: Invalid input: \
+               expected number, received string at a"
+            ]
+        )
+    );
+    assert!(stderr.contains("codemode mcp: providers: db, everything"), "{stderr}");
+}
+
+#[test]
+fn code_mode_is_an_upstream_of_code_mode_over_http() {
+    let inner = HttpServer::start(&["--db", &shop(), "--http", "127.0.0.1:0"]);
+    let program = format!(
+        "async () => {{
+  const count = await inner.execute({{ code: {count:?} }})
+  try {{
+    await inner.execute({{ code: {throws:?} }})
+  }} catch (error) {{
+    console.log(error.message)
+  }}
+  return count
+}}",
+        count = "async () => { console.log('counting'); return (await db.query('SELECT count(*) AS n FROM customers'))[0].n }",
+        throws = THROWS,
+    );
+    let server = format!("inner={}", inner.url);
+    let (lines, _) = client(&[call(&program)], &["stdio", codemode(), "mcp", "--server", &server]);
+    // The inner server's structuredContent is what the outer program gets; its error
+    // outcome's texts (error, then logs) are the message the outer program catches.
+    assert_eq!(
+        lines[0],
+        returned(
+            json!({"result": 4, "logs": ["counting"]}),
+            r#"{"result":4,"logs":["counting"]}"#,
+            &["No customer 9.\nlooking for customer 9"]
+        )
+    );
+}
+
+#[test]
+fn a_call_beyond_the_maximum_of_executions_at_once_is_refused_not_queued() {
+    let together = json!({ "together": [call(SPINS), call("async () => 1")], "staggerMs": 200 });
+    let (lines, _) = client(
+        &[together, call("async () => 2")],
+        &["stdio", codemode(), "mcp", "--max-executions", "1", "--timeout-ms", "1000"],
+    );
+    assert_eq!(
+        lines[0],
+        json!([
+            failed("timeout", "Execution timed out after 1000 ms.", &["spinning"]),
+            failed(
+                "invalid",
+                "This server is running its maximum of 1 executions at once. Wait for one to end, then call again.",
+                &[]
+            )
+        ])
+    );
+    // The permit comes back when the execution ends.
+    assert_eq!(lines[1], returned(json!(2), "2", &[]));
+}
+
+#[test]
+fn a_call_the_client_cancels_ends_its_execution() {
+    let started = Instant::now();
+    let mut cancelled = call(SPINS);
+    cancelled["abortAfterMs"] = json!(300);
+    let mut after = call("async () => 'the only execution'");
+    after["delayMs"] = json!(200);
+    // One execution at a time, each allowed a minute: the next call runs only if the
+    // cancelled one has ended.
+    let (lines, _) = client(
+        &[cancelled, after],
+        &["stdio", codemode(), "mcp", "--max-executions", "1", "--timeout-ms", "60000"],
+    );
+    // The SDK's own error for a request it aborted.
+    assert_eq!(
+        lines[0],
+        json!({"error": {"code": -32001, "message": "MCP error -32001: Error: aborted by the client"}})
+    );
+    assert_eq!(lines[1], returned(json!("the only execution"), r#""the only execution""#, &[]));
+    assert!(started.elapsed() < Duration::from_secs(30), "{:?}", started.elapsed());
+}
+
+/// The status line of a POST of an `initialize` to `url` with this `Host` header.
+fn initialize_status(url: &str, host: &str) -> String {
+    use std::io::{Read, Write};
+    let authority = url.trim_start_matches("http://").trim_end_matches("/mcp");
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        stream,
+        "POST /mcp HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut head = [0; 12];
+    stream.read_exact(&mut head).unwrap();
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+#[test]
+fn on_loopback_a_request_naming_another_host_is_refused() {
+    // A web page that rebinds its own name to 127.0.0.1 still sends its name as the Host.
+    let server = HttpServer::start(&["--http", "127.0.0.1:0"]);
+    let authority = server.url.trim_start_matches("http://").trim_end_matches("/mcp").to_owned();
+    assert_eq!(initialize_status(&server.url, "evil.example"), "HTTP/1.1 403");
+    assert_eq!(initialize_status(&server.url, &authority), "HTTP/1.1 200");
+    let port = authority.rsplit(':').next().unwrap();
+    assert_eq!(initialize_status(&server.url, &format!("localhost:{port}")), "HTTP/1.1 200");
+}
+
+#[test]
+fn a_bind_that_is_not_loopback_is_refused_unless_allowed() {
+    let output = Command::new(codemode()).args(["mcp", "--http", "0.0.0.0:0"]).output().unwrap();
+    let (_, stderr) = text(&output);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--http 0.0.0.0:0 is not a loopback address, and the server has no authentication")
+    );
+    assert!(stderr.contains("pass --allow-remote to accept the exposure"), "{stderr}");
+
+    let server = HttpServer::start(&["--http", "0.0.0.0:0", "--allow-remote"]);
+    assert!(server.url.starts_with("http://0.0.0.0:"), "{}", server.url);
+}
+
+#[test]
+fn bad_usage_exits_2_with_what_to_fix() {
+    for (args, expected) in [
+        (&["--timeout-ms", "0"][..], "timeoutMs"),
+        (&["--max-executions", "0"][..], "must be at least 1"),
+        (&["--server", "everything"][..], "--server \"everything\" has no `=`"),
+        (&["--server", "everything=node 'index.js"][..], "a single quote is not closed"),
+        (&["--allow-remote"][..], "--http"),
+        (&["--db", "/nonexistent/shop.sqlite"][..], "cannot open the database"),
+    ] {
+        let output = Command::new(codemode()).arg("mcp").args(args).stdin(Stdio::null()).output().unwrap();
+        let (stdout, stderr) = text(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert_eq!(stdout, "", "{args:?}");
+    }
+}
