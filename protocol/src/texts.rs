@@ -273,3 +273,59 @@ pub const TOO_MANY_EXECUTIONS: Template = Template(
 /// Every pending execute of a client whose connection to the daemon closed.
 pub const DAEMON_CONNECTION_LOST: &str =
     "The connection to the daemon closed before the run ended. The execution is lost; run it again.";
+
+// ---- The daemon's bounds ----
+
+/// The error frame of a connection past the daemon's bound on connections; it is closed
+/// at once.
+pub const DAEMON_BUSY: Template =
+    Template("The daemon is serving its maximum of {limit} connections. Close one, or try again later.");
+
+/// The error frame of a connection whose hello did not arrive in time.
+pub const HELLO_TIMEOUT: Template =
+    Template("No hello arrived within {ms} ms of connecting. Send the hello first, at once.");
+
+/// The error frame of a hello past the bound on what a connection may send before it is
+/// authenticated.
+pub const HELLO_TOO_LARGE: Template = Template(
+    "The hello is longer than the maximum of {limit} bytes a connection may send before it is authenticated.",
+);
+
+/// The error frame of a connection the daemon closed for being idle.
+pub const CONNECTION_IDLE: Template = Template(
+    "The connection was idle for {ms} ms (no message either way and no execution live), so the daemon closed it. Connect again to run more.",
+);
+
+/// The outcome of a run whose own outcome waited for room while the client read nothing
+/// for the daemon's send timeout (kind `internal`); the outcome itself was dropped.
+pub const CLIENT_NOT_READING: Template = Template(
+    "The client read nothing for {ms} ms while this run's outcome waited to be sent, so the daemon dropped the outcome. Keep reading the connection while runs are live.",
+);
+
+/// An outcome too long for one message on the connection (kind `resultTooLarge`), made by
+/// the side that found it too long instead of the outcome; the first logs that fit stay.
+pub const OUTCOME_TOO_LARGE: Template = Template(
+    "The outcome (result, error text and logs together) is over the limit of {limit} bytes for one message on the connection. Return less and log less, or split the work over several runs; the first logs that fit are kept.",
+);
+
+/// A call or fetch too long for one message on the connection; the program's call
+/// rejects with it.
+pub const CALL_TOO_LARGE: Template = Template(
+    "This call is over the limit of {limit} bytes for one message on the connection, so it was not sent to the host. Send less per call.",
+);
+
+/// The host's answer too long for one message on the connection; the program's call
+/// rejects with it.
+pub const ANSWER_TOO_LARGE: Template = Template(
+    "The host's answer to this call is over the limit of {limit} bytes for one message on the connection, so it was not delivered. Ask for less per call.",
+);
+
+/// A request too long for one message on the connection (kind `invalid`); it was not sent.
+pub const REQUEST_TOO_LARGE: Template = Template(
+    "The request is over the limit of {limit} bytes for one message on the connection, so it was not sent. Send shorter code.",
+);
+
+/// An execute whose connection to the daemon could not be made again (kind `internal`);
+/// the run did not start.
+pub const DAEMON_UNREACHABLE: Template =
+    Template("The daemon cannot be reached ({problem}). The execution did not run; run it again.");

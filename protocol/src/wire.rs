@@ -364,7 +364,8 @@ pub enum ServerMessage {
         /// How it ended.
         outcome: Outcome,
     },
-    /// The connection broke a rule; the server closes it after this message.
+    /// The connection broke a rule or passed a bound of the server's; the server closes
+    /// it after this message.
     Error(ProtocolError),
 }
 
@@ -392,6 +393,11 @@ pub enum ProtocolErrorKind {
     FrameTooLarge,
     /// An execution id was reused while still live.
     DuplicateExecution,
+    /// The daemon already serves its maximum of connections; this one is closed at once.
+    TooManyConnections,
+    /// No message crossed either way for the daemon's idle time while no execution was
+    /// live; no execute sent on the connection ran, so it may be sent again on another.
+    Idle,
 }
 
 /// A `fetch(url, init)` as it crosses the wire.

@@ -200,3 +200,48 @@ fn the_tool_texts_are_pinned() {
             .starts_with("Run a JavaScript program in a sandbox and get back what it returns.\n\n")
     );
 }
+
+#[test]
+fn the_daemon_bound_texts_are_pinned() {
+    assert_eq!(
+        DAEMON_BUSY.fill(&["256"]),
+        "The daemon is serving its maximum of 256 connections. Close one, or try again later."
+    );
+    assert_eq!(
+        HELLO_TIMEOUT.fill(&["5000"]),
+        "No hello arrived within 5000 ms of connecting. Send the hello first, at once."
+    );
+    assert_eq!(
+        HELLO_TOO_LARGE.fill(&["4096"]),
+        "The hello is longer than the maximum of 4096 bytes a connection may send before it is authenticated."
+    );
+    assert_eq!(
+        CONNECTION_IDLE.fill(&["300000"]),
+        "The connection was idle for 300000 ms (no message either way and no execution live), so the daemon closed it. Connect again to run more."
+    );
+    assert_eq!(
+        CLIENT_NOT_READING.fill(&["10000"]),
+        "The client read nothing for 10000 ms while this run's outcome waited to be sent, so the daemon dropped the outcome. Keep reading the connection while runs are live."
+    );
+    assert_eq!(
+        OUTCOME_TOO_LARGE.fill(&["67108864"]),
+        "The outcome (result, error text and logs together) is over the limit of 67108864 bytes for one message on the connection. Return less and log less, or split the work over several runs; the first logs that fit are kept."
+    );
+    assert_eq!(
+        CALL_TOO_LARGE.fill(&["67108864"]),
+        "This call is over the limit of 67108864 bytes for one message on the connection, so it was not sent to the host. Send less per call."
+    );
+    assert_eq!(
+        ANSWER_TOO_LARGE.fill(&["67108864"]),
+        "The host's answer to this call is over the limit of 67108864 bytes for one message on the connection, so it was not delivered. Ask for less per call."
+    );
+    assert_eq!(
+        REQUEST_TOO_LARGE.fill(&["67108864"]),
+        "The request is over the limit of 67108864 bytes for one message on the connection, so it was not sent. Send shorter code."
+    );
+    assert_eq!(
+        DAEMON_UNREACHABLE
+            .fill(&["cannot connect to /run/codemode.sock: No such file or directory (os error 2)"]),
+        "The daemon cannot be reached (cannot connect to /run/codemode.sock: No such file or directory (os error 2)). The execution did not run; run it again."
+    );
+}
