@@ -1,10 +1,17 @@
 //! The daemon: the executor as a service on a Unix socket or TCP (token, TLS), every
 //! call travelling back over the connection to the host that holds the data.
+//!
+//! Nothing a client does stops it: a failed accept (out of file descriptors, say) is
+//! logged and retried after a pause that doubles from [`ACCEPT_BACKOFF_MIN`] to
+//! [`ACCEPT_BACKOFF_MAX`]; connections past [`DaemonLimits::max_connections`] get an error
+//! frame and are closed at once; and each connection is held to its bounds
+//! ([`crate::wire::server`]).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, UnixListener};
@@ -13,8 +20,24 @@ use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
+use codemode_protocol::texts;
+use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
+
 use crate::Executor;
-use crate::wire::server::{ServeEvent, ServeOptions, serve_with};
+use crate::wire::server::{self, ServeEvent, ServeOptions, serve_with};
+
+/// Connections open at once by default (authenticated or not).
+pub const MAX_CONNECTIONS: usize = 256;
+
+/// The least `max_frame_bytes` a daemon accepts: room for any error frame and the
+/// `resultTooLarge` outcome that stands in for a longer one.
+pub const MIN_FRAME_BYTES: usize = 1024;
+
+/// The first pause after a failed accept.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// The longest pause after failed accepts (the pause doubles up to it).
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Where a daemon listens, or a client connects: `unix:/path/to.sock` or `tcp:HOST:PORT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,9 +89,10 @@ pub struct DaemonConfig {
     pub token: Option<String>,
     /// TLS for TCP; plain TCP is accepted only on a loopback address.
     pub tls: Option<TlsFiles>,
-    /// Executions live at once per connection.
+    /// Executions live at once per connection. Default [`server::MAX_EXECUTIONS`] (1024).
     pub max_executions: usize,
-    /// The largest frame read.
+    /// The largest frame read or written, its JSON without the newline; at least
+    /// [`MIN_FRAME_BYTES`]. Default [`crate::wire::MAX_FRAME_BYTES`] (64 MiB).
     pub max_frame_bytes: usize,
     /// Log JSON lines instead of text lines (stderr).
     pub json_logs: bool,
@@ -81,11 +105,91 @@ impl DaemonConfig {
             listen,
             token: None,
             tls: None,
-            max_executions: 1024,
+            max_executions: server::MAX_EXECUTIONS,
             max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
             json_logs: false,
         }
     }
+}
+
+/// What a daemon holds for its clients: the bounds that keep any client from growing or
+/// stopping it. [`Default`] gives the documented defaults.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DaemonLimits {
+    /// Connections open at once, from accept to close, authenticated or not. Past it a new
+    /// connection gets an error frame of kind `tooManyConnections` and is closed at once
+    /// (a TLS one is closed without it). Default [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
+    /// The largest hello: all a connection may send before it is authenticated. Default
+    /// [`server::MAX_HELLO_BYTES`] (4 KiB).
+    pub max_hello_bytes: usize,
+    /// From accept to a complete hello (the TLS handshake included); past it the
+    /// connection is closed, with an error frame of kind `hello` once past TLS. Default
+    /// [`server::HELLO_TIMEOUT`] (5 s).
+    pub hello_timeout: Duration,
+    /// How long an authenticated connection may go with no message either way and no
+    /// execution live before it is closed with an error frame of kind `idle`. Default
+    /// [`server::IDLE_TIMEOUT`] (5 minutes).
+    pub idle_timeout: Duration,
+    /// Bytes of messages queued for one client past which its connection starts no
+    /// execution and reads nothing until the client reads. Default
+    /// [`server::MAX_QUEUED_BYTES`] (4 MiB).
+    pub max_queued_bytes: usize,
+    /// How long a client may read nothing while an outcome waits for room in its queue;
+    /// past it that outcome is dropped for a short failure. Default
+    /// [`server::SEND_TIMEOUT`] (10 s).
+    pub send_timeout: Duration,
+}
+
+impl Default for DaemonLimits {
+    fn default() -> DaemonLimits {
+        DaemonLimits {
+            max_connections: MAX_CONNECTIONS,
+            max_hello_bytes: server::MAX_HELLO_BYTES,
+            hello_timeout: server::HELLO_TIMEOUT,
+            idle_timeout: server::IDLE_TIMEOUT,
+            max_queued_bytes: server::MAX_QUEUED_BYTES,
+            send_timeout: server::SEND_TIMEOUT,
+        }
+    }
+}
+
+/// How long a client's connecting may take by default: the socket, TLS and the hello.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How a [`crate::RemoteExecutor`] reaches its daemon, kept to connect again.
+#[derive(Clone, Debug)]
+pub struct RemoteOptions {
+    /// The token the hello carries (a TCP daemon requires one).
+    pub token: Option<String>,
+    /// TLS, for `tcp:` addresses.
+    pub tls: Option<RemoteTls>,
+    /// The largest frame read or written, its JSON without the newline: set it to the
+    /// daemon's. Default [`crate::wire::MAX_FRAME_BYTES`].
+    pub max_frame_bytes: usize,
+    /// How long connecting may take (the socket, TLS and the hello). Default
+    /// [`CONNECT_TIMEOUT`].
+    pub connect_timeout: Duration,
+}
+
+impl Default for RemoteOptions {
+    fn default() -> RemoteOptions {
+        RemoteOptions {
+            token: None,
+            tls: None,
+            max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
+            connect_timeout: CONNECT_TIMEOUT,
+        }
+    }
+}
+
+/// The daemon's TLS as the client verifies it.
+#[derive(Clone, Debug)]
+pub struct RemoteTls {
+    /// The CA the daemon's certificate must chain to (PEM).
+    pub ca: PathBuf,
+    /// The name the certificate must carry.
+    pub server_name: String,
 }
 
 enum Listener {
@@ -97,12 +201,25 @@ enum Listener {
 pub struct Daemon {
     listener: Listener,
     config: DaemonConfig,
+    limits: DaemonLimits,
     address: Address,
 }
 
 impl Daemon {
-    /// Bind the address; refuse a configuration that would expose the executor unprotected.
+    /// Bind the address with the default [`DaemonLimits`]; refuse a configuration that
+    /// would expose the executor unprotected.
     pub async fn bind(config: DaemonConfig) -> Result<Daemon, String> {
+        Daemon::bind_with(config, DaemonLimits::default()).await
+    }
+
+    /// Bind the address, holding clients to `limits`.
+    pub async fn bind_with(config: DaemonConfig, limits: DaemonLimits) -> Result<Daemon, String> {
+        if config.max_frame_bytes < MIN_FRAME_BYTES {
+            return Err(format!(
+                "the maximum frame of {} bytes is below the least a daemon serves with, {MIN_FRAME_BYTES} bytes",
+                config.max_frame_bytes
+            ));
+        }
         let (listener, address) = match &config.listen {
             Address::Unix(path) => {
                 let listener = bind_owner_only(path)?;
@@ -127,7 +244,7 @@ impl Daemon {
                 (Listener::Tcp(listener, tls), Address::Tcp(local.to_string()))
             }
         };
-        Ok(Daemon { listener, config, address })
+        Ok(Daemon { listener, config, limits, address })
     }
 
     /// The address it listens on (a TCP port 0 resolved).
@@ -135,69 +252,133 @@ impl Daemon {
         &self.address
     }
 
-    /// Accept connections until the process ends, serving `executor` on each.
+    /// Accept connections until the process ends, serving `executor` on each. A failed
+    /// accept is logged and retried; it never ends the daemon.
     pub async fn serve(self, executor: Executor) -> Result<(), String> {
         let connections = AtomicU64::new(0);
+        let open = Arc::new(AtomicUsize::new(0));
         let log = Arc::new(Log { json: self.config.json_logs });
         log.line("listening", &[("address", self.address.to_string())]);
+        let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
+            let accepted = match &self.listener {
+                Listener::Unix(listener, _) => {
+                    listener.accept().await.map(|(stream, _)| (Accepted::Unix(stream), "unix".to_owned()))
+                }
+                Listener::Tcp(listener, _) => listener.accept().await.map(|(stream, peer)| {
+                    let _ = stream.set_nodelay(true);
+                    (Accepted::Tcp(stream, peer), peer.to_string())
+                }),
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => {
+                    backoff = ACCEPT_BACKOFF_MIN;
+                    accepted
+                }
+                Err(problem) => {
+                    // Out of file descriptors, a connection reset before it was accepted:
+                    // the listener stays, and a pause lets connections end and free them.
+                    log.line(
+                        "accept failed",
+                        &[("error", problem.to_string()), ("retry_ms", backoff.as_millis().to_string())],
+                    );
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                    continue;
+                }
+            };
             let connection = connections.fetch_add(1, Ordering::Relaxed) + 1;
+            let Some(slot) = Slot::take(&open, self.limits.max_connections) else {
+                let reason = texts::DAEMON_BUSY.fill(&[&self.limits.max_connections.to_string()]);
+                stream.refuse_at_once(&reason);
+                log.line(
+                    "refused",
+                    &[("connection", connection.to_string()), ("peer", peer), ("reason", reason)],
+                );
+                continue;
+            };
+            let deadline = tokio::time::Instant::now() + self.limits.hello_timeout;
             let options = ServeOptions {
                 token: self.config.token.clone(),
                 max_frame_bytes: self.config.max_frame_bytes,
                 max_executions: self.config.max_executions,
+                max_hello_bytes: self.limits.max_hello_bytes,
+                hello_timeout: Some(self.limits.hello_timeout),
+                idle_timeout: Some(self.limits.idle_timeout),
+                max_queued_bytes: self.limits.max_queued_bytes,
+                send_timeout: Some(self.limits.send_timeout),
                 on_event: Some(log.events(connection)),
             };
-            match &self.listener {
-                Listener::Unix(listener, _) => {
-                    let (stream, _) = listener.accept().await.map_err(|e| e.to_string())?;
-                    spawn_connection(
-                        executor.clone(),
-                        stream,
-                        options,
-                        log.clone(),
-                        connection,
-                        "unix".to_owned(),
-                    );
+            let (executor, log) = (executor.clone(), log.clone());
+            let tls = match &self.listener {
+                Listener::Tcp(_, Some(acceptor)) => Some(acceptor.clone()),
+                _ => None,
+            };
+            match (stream, tls) {
+                (Accepted::Unix(stream), _) => {
+                    spawn_connection(executor, stream, options, log, connection, peer, slot)
                 }
-                Listener::Tcp(listener, tls) => {
-                    let (stream, peer) = listener.accept().await.map_err(|e| e.to_string())?;
-                    let _ = stream.set_nodelay(true);
-                    match tls {
-                        None => spawn_connection(
-                            executor.clone(),
-                            stream,
-                            options,
-                            log.clone(),
-                            connection,
-                            peer.to_string(),
-                        ),
-                        Some(acceptor) => {
-                            let (acceptor, executor, log) = (acceptor.clone(), executor.clone(), log.clone());
-                            tokio::spawn(async move {
-                                match acceptor.accept(stream).await {
-                                    Ok(stream) => spawn_connection(
-                                        executor,
-                                        stream,
-                                        options,
-                                        log,
-                                        connection,
-                                        tls_peer(peer),
-                                    ),
-                                    Err(e) => log.line(
-                                        "refused",
-                                        &[
-                                            ("connection", connection.to_string()),
-                                            ("reason", format!("TLS: {e}")),
-                                        ],
-                                    ),
-                                }
-                            });
-                        }
-                    }
+                (Accepted::Tcp(stream, _), None) => {
+                    spawn_connection(executor, stream, options, log, connection, peer, slot)
+                }
+                (Accepted::Tcp(stream, peer), Some(acceptor)) => {
+                    tokio::spawn(async move {
+                        // The handshake counts against the hello's deadline.
+                        let refused = match tokio::time::timeout_at(deadline, acceptor.accept(stream)).await {
+                            Ok(Ok(stream)) => {
+                                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                                let options = ServeOptions { hello_timeout: Some(left), ..options };
+                                let peer = tls_peer(peer);
+                                return spawn_connection(
+                                    executor, stream, options, log, connection, peer, slot,
+                                );
+                            }
+                            Ok(Err(e)) => format!("TLS: {e}"),
+                            Err(_) => "TLS: no handshake before the hello's deadline".to_owned(),
+                        };
+                        log.line("refused", &[("connection", connection.to_string()), ("reason", refused)]);
+                    });
                 }
             }
         }
+    }
+}
+
+/// A stream just accepted.
+enum Accepted {
+    Unix(tokio::net::UnixStream),
+    Tcp(tokio::net::TcpStream, SocketAddr),
+}
+
+impl Accepted {
+    /// Say why in an error frame, if the socket takes it now (it is new, so its buffer is
+    /// empty), and close. A TLS client sees only the close: the frame would need a handshake.
+    fn refuse_at_once(self, reason: &str) {
+        let frame = ServerMessage::Error(ProtocolError {
+            kind: ProtocolErrorKind::TooManyConnections,
+            message: reason.to_owned(),
+        });
+        let Some(frame) = crate::wire::encode_frame(&frame, usize::MAX) else { return };
+        let _ = match self {
+            Accepted::Unix(stream) => stream.try_write(&frame),
+            Accepted::Tcp(stream, _) => stream.try_write(&frame),
+        };
+    }
+}
+
+/// One of the daemon's connections; dropped when the connection ends.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Slot(open.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -220,10 +401,12 @@ fn spawn_connection<S>(
     log: Arc<Log>,
     connection: u64,
     peer: String,
+    slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     tokio::spawn(async move {
+        let _slot = slot;
         log.line("connection opened", &[("connection", connection.to_string()), ("peer", peer)]);
         let (read, write) = tokio::io::split(stream);
         let ended = serve_with(executor, BufReader::new(read), write, options).await;

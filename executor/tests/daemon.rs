@@ -2,12 +2,13 @@
 //! with the same execute API, and the faults each a test.
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_executor::daemon::{Address, Daemon, DaemonConfig, TlsFiles};
+use codemode_executor::daemon::{Address, Daemon, DaemonConfig, DaemonLimits, RemoteOptions, TlsFiles};
 use codemode_executor::{Executor, ExecutorConfig, RemoteExecutor, Request};
-use codemode_protocol::{ProviderDescriptor, ToolCall};
+use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use support::{Recorder, json, triple};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
@@ -23,10 +24,72 @@ fn config(listen: Address) -> DaemonConfig {
 
 /// A daemon serving `executor` in this process; its address.
 async fn start(config: DaemonConfig, executor: Executor) -> String {
-    let daemon = Daemon::bind(config).await.unwrap();
+    start_with(config, DaemonLimits::default(), executor).await
+}
+
+/// A daemon with `limits` serving `executor` in this process; its address.
+async fn start_with(config: DaemonConfig, limits: DaemonLimits, executor: Executor) -> String {
+    let daemon = Daemon::bind_with(config, limits).await.unwrap();
     let address = daemon.address().to_string();
     tokio::spawn(daemon.serve(executor));
     address
+}
+
+/// A `codemode serve` child process on the Unix socket `path`, its stderr collected.
+struct ChildDaemon {
+    child: tokio::process::Child,
+    log: Arc<Mutex<String>>,
+}
+
+impl ChildDaemon {
+    /// Its resident memory, from `/proc/<pid>/status`.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id().unwrap())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+async fn spawn_daemon(path: &Path, flags: &[&str]) -> ChildDaemon {
+    spawn_daemon_limited(None, path, flags).await
+}
+
+/// As [`spawn_daemon`], with its limit on open files lowered to `fd_limit` by the shell
+/// that then becomes the daemon.
+async fn spawn_daemon_limited(fd_limit: Option<u32>, path: &Path, flags: &[&str]) -> ChildDaemon {
+    let program = env!("CARGO_BIN_EXE_codemode");
+    let mut command = match fd_limit {
+        None => tokio::process::Command::new(program),
+        Some(limit) => {
+            let mut shell = tokio::process::Command::new("sh");
+            shell.arg("-c").arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\"")).arg(program);
+            shell
+        }
+    };
+    let mut child = command
+        .args(["serve", "--listen", &format!("unix:{}", path.display())])
+        .args(flags)
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    let collected = log.clone();
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = stderr.next_line().await {
+            let mut log = collected.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    // A socket left by an earlier daemon refuses until this one's is renamed into place.
+    let ready = Instant::now();
+    while tokio::net::UnixStream::connect(path).await.is_err() {
+        assert!(ready.elapsed() < Duration::from_secs(10), "the daemon did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    ChildDaemon { child, log }
 }
 
 fn store() -> ProviderDescriptor {
@@ -174,6 +237,16 @@ impl Raw {
     async fn next(&mut self) -> Option<String> {
         tokio::time::timeout(Duration::from_secs(5), self.lines.next_line()).await.unwrap().unwrap()
     }
+
+    /// Whether the daemon closed the connection: the end of the stream, or a reset where
+    /// it closed with bytes of ours unread.
+    async fn is_closed(&mut self) -> bool {
+        match tokio::time::timeout(Duration::from_secs(5), self.lines.next_line()).await.unwrap() {
+            Ok(None) => true,
+            Ok(Some(_)) => false,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        }
+    }
 }
 
 const HELLO: &str = r#"{"type":"hello","protocol":"codemode","version":1}"#;
@@ -285,17 +358,7 @@ async fn a_deep_result_crosses_the_daemon() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error() {
     let path = temp("sock");
-    let mut daemon = tokio::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
-        .args(["serve", "--listen", &format!("unix:{}", path.display())])
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let ready = Instant::now();
-    while !path.exists() {
-        assert!(ready.elapsed() < Duration::from_secs(10), "the daemon did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let mut daemon = spawn_daemon(&path, &[]).await.child;
     let remote = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await.unwrap();
     let pending: Vec<_> = (0..3)
         .map(|_| {
@@ -317,9 +380,21 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
         );
     }
     assert!(killed.elapsed() < Duration::from_secs(1), "took {:?}", killed.elapsed());
+    // The next execute connects again: while the daemon is down it did not run.
     let after = remote.execute(Request::new("async () => 1")).await;
-    assert_eq!(after.error_text(), Some(codemode_protocol::texts::DAEMON_CONNECTION_LOST));
-    assert_eq!(after.kind(), codemode_protocol::OutcomeKind::Internal);
+    assert_eq!(
+        json(&after),
+        format!(
+            r#"{{"error":"The daemon cannot be reached (cannot connect to {}: Connection refused (os error 111)). The execution did not run; run it again.","kind":"internal","logs":[]}}"#,
+            path.display()
+        )
+    );
+    // A new daemon at the same address: the same RemoteExecutor is served by it.
+    let _daemon = spawn_daemon(&path, &[]).await;
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'back'")).await),
+        r#"{"result":"back","logs":[]}"#
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -401,4 +476,460 @@ async fn a_daemon_retains_an_engine_until_the_host_releases_it() {
         assert!(released.elapsed() < Duration::from_secs(2), "release did not reach the daemon");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+// ---- Bounds: nothing a client does stops the daemon or grows it without limit ----
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_file_descriptors_the_daemon_backs_off_and_serves_again() {
+    let path = temp("sock");
+    let mut daemon = spawn_daemon_limited(Some(64), &path, &[]).await;
+    // More connections than the daemon has descriptors: its accepts fail with EMFILE.
+    let mut held = Vec::new();
+    for _ in 0..100 {
+        held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
+    }
+    let waited = Instant::now();
+    let failed = "codemode serve: accept failed error=Too many open files (os error 24) retry_ms=";
+    while !daemon.log.lock().unwrap().contains(failed) {
+        assert!(
+            waited.elapsed() < Duration::from_secs(5),
+            "no failed accept: {}",
+            daemon.log.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(daemon.child.try_wait().unwrap().is_none(), "the daemon exited: {}", daemon.log.lock().unwrap());
+    // The held connections close, their descriptors come back, and a good client is served.
+    drop(held);
+    let remote = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await.unwrap();
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'served'")).await),
+        r#"{"result":"served","logs":[]}"#
+    );
+    assert!(daemon.child.try_wait().unwrap().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_its_maximum_of_connections_a_connection_is_refused_at_once() {
+    let path = temp("sock");
+    let limits = DaemonLimits { max_connections: 2, ..DaemonLimits::default() };
+    let address = start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
+    let mut first = Raw::connect(&path).await;
+    first.send(HELLO).await;
+    assert_eq!(first.next().await.unwrap(), HELLO);
+    let mut second = Raw::connect(&path).await;
+    second.send(HELLO).await;
+    assert_eq!(second.next().await.unwrap(), HELLO);
+    let mut third = Raw::connect(&path).await;
+    assert_eq!(
+        third.next().await.unwrap(),
+        r#"{"type":"error","kind":"tooManyConnections","message":"The daemon is serving its maximum of 2 connections. Close one, or try again later."}"#
+    );
+    assert_eq!(third.next().await, None, "closed at once");
+    assert_eq!(
+        RemoteExecutor::connect(&address, None).await.err().unwrap(),
+        "the daemon refused the connection: The daemon is serving its maximum of 2 connections. Close one, or try again later."
+    );
+    // One leaves: its place is free once the daemon has seen it go.
+    drop(first);
+    let left = Instant::now();
+    let remote = loop {
+        match RemoteExecutor::connect(&address, None).await {
+            Ok(remote) => break remote,
+            Err(problem) => assert!(left.elapsed() < Duration::from_secs(2), "{problem}"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(json(&remote.execute(Request::new("async () => 'in'")).await), r#"{"result":"in","logs":[]}"#);
+    second.send(r#"{"type":"execute","execution":1,"request":{"code":"async () => 'still'"}}"#).await;
+    assert_eq!(
+        second.next().await.unwrap(),
+        r#"{"type":"outcome","execution":1,"outcome":{"result":"still","logs":[]}}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn before_its_hello_a_connection_may_send_only_a_small_hello_and_soon() {
+    let path = temp("sock");
+    let limits = DaemonLimits { hello_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
+    let late = r#"{"type":"error","kind":"hello","message":"No hello arrived within 300 ms of connecting. Send the hello first, at once."}"#;
+
+    // Silent: closed at the deadline.
+    let mut silent = Raw::connect(&path).await;
+    let opened = Instant::now();
+    assert_eq!(silent.next().await.unwrap(), late);
+    assert_eq!(silent.next().await, None);
+    let took = opened.elapsed();
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "closed after {took:?}");
+
+    // A byte every 50 ms: the deadline is for the whole hello, not for each read.
+    let mut trickling = Raw::connect(&path).await;
+    let opened = Instant::now();
+    for byte in HELLO.bytes() {
+        if trickling.write.write_all(&[byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(trickling.next().await.unwrap(), late);
+    assert!(trickling.is_closed().await);
+    assert!(opened.elapsed() < Duration::from_secs(2), "closed after {:?}", opened.elapsed());
+
+    // A mebibyte with no newline: refused after the first 4 KiB, never held whole.
+    let mut streaming = Raw::connect(&path).await;
+    let _ = streaming.write.write_all(&vec![b'x'; 1 << 20]).await;
+    assert_eq!(
+        streaming.next().await.unwrap(),
+        r#"{"type":"error","kind":"frameTooLarge","message":"The hello is longer than the maximum of 4096 bytes a connection may send before it is authenticated."}"#
+    );
+    assert!(streaming.is_closed().await);
+
+    // A hello that is in time and small is served.
+    let mut good = Raw::connect(&path).await;
+    good.send(HELLO).await;
+    assert_eq!(good.next().await.unwrap(), HELLO);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_handshake_counts_against_the_hellos_deadline() {
+    let certified = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+    let (cert, key) = (temp("cert.pem"), temp("key.pem"));
+    std::fs::write(&cert, certified.cert.pem()).unwrap();
+    std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
+    let config = DaemonConfig {
+        token: Some("t0ken".into()),
+        tls: Some(TlsFiles { cert: cert.clone(), key }),
+        ..config(Address::Tcp("127.0.0.1:0".into()))
+    };
+    let limits = DaemonLimits { hello_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    let address = start_with(config, limits, Executor::default()).await;
+    let mut silent = tokio::net::TcpStream::connect(address.strip_prefix("tcp:").unwrap()).await.unwrap();
+    let opened = Instant::now();
+    let mut byte = [0u8; 1];
+    let read =
+        tokio::time::timeout(Duration::from_secs(5), tokio::io::AsyncReadExt::read(&mut silent, &mut byte));
+    assert!(matches!(read.await.unwrap(), Ok(0) | Err(_)), "closed without a handshake");
+    let took = opened.elapsed();
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_secs(2), "closed after {took:?}");
+    let remote = RemoteExecutor::connect_tls(&address, Some("t0ken"), &cert, "localhost").await.unwrap();
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'tls'")).await),
+        r#"{"result":"tls","logs":[]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_connection_is_closed_and_one_with_a_live_execution_is_not() {
+    let path = temp("sock");
+    let limits = DaemonLimits { idle_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    let address = start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
+    let idle = r#"{"type":"error","kind":"idle","message":"The connection was idle for 300 ms (no message either way and no execution live), so the daemon closed it. Connect again to run more."}"#;
+
+    let mut raw = Raw::connect(&path).await;
+    raw.send(HELLO).await;
+    raw.next().await;
+    raw.send(r#"{"type":"execute","execution":1,"request":{"code":"async () => { await new Promise(r => setTimeout(r, 700)); return 'slow' }"}}"#).await;
+    assert_eq!(
+        raw.next().await.unwrap(),
+        r#"{"type":"outcome","execution":1,"outcome":{"result":"slow","logs":[]}}"#,
+        "a run longer than the idle time keeps its connection"
+    );
+    let quiet = Instant::now();
+    assert_eq!(raw.next().await.unwrap(), idle);
+    assert_eq!(raw.next().await, None);
+    assert!(quiet.elapsed() >= Duration::from_millis(250), "closed after {:?}", quiet.elapsed());
+
+    // Bytes trickling in that never make a message are no message.
+    let mut trickling = Raw::connect(&path).await;
+    trickling.send(HELLO).await;
+    trickling.next().await;
+    for byte in r#"{"type":"execute","execution":1,"request":{"code":"1"}}"#.bytes() {
+        if trickling.write.write_all(&[byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(trickling.next().await.unwrap(), idle);
+
+    // A remote client whose connection the daemon closed as idle connects again.
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'again'")).await),
+        r#"{"result":"again","logs":[]}"#
+    );
+}
+
+/// About a mebibyte of logs.
+const LOGS_A_MEBIBYTE: &str =
+    "async () => { for (let i = 0; i < 1000; i++) console.log('x'.repeat(1000)); return 1 }";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_slows_only_itself_and_its_memory_goes_with_it() {
+    let path = temp("sock");
+    let daemon = spawn_daemon(&path, &["--max-executions", "8"]).await;
+    let address = format!("unix:{}", path.display());
+    // Warm: as many runs at once as the client that does not read can have, read.
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let warm: Vec<_> = (0..8)
+        .map(|_| {
+            let remote = remote.clone();
+            tokio::spawn(async move { remote.execute(Request::new(LOGS_A_MEBIBYTE)).await })
+        })
+        .collect();
+    for run in warm {
+        assert_eq!(run.await.unwrap().kind(), OutcomeKind::Returned);
+    }
+    let before = daemon.rss_kib();
+
+    // An execute every millisecond, each 4 KB long so the socket's buffers hold few,
+    // reading nothing, until the daemon stops reading them.
+    let mut silent = Raw::connect(&path).await;
+    silent.send(HELLO).await;
+    let mut sent = 0;
+    let padding = " ".repeat(4000);
+    let sending = Instant::now();
+    loop {
+        assert!(
+            sending.elapsed() < Duration::from_secs(10),
+            "the daemon kept reading a client that reads nothing ({sent} executes)"
+        );
+        let line = format!(
+            "{{\"type\":\"execute\",\"execution\":{},\"request\":{{\"code\":\"{LOGS_A_MEBIBYTE}{padding}\"}}}}\n",
+            sent + 1
+        );
+        match tokio::time::timeout(Duration::from_millis(500), silent.write.write_all(line.as_bytes())).await
+        {
+            Ok(written) => written.unwrap(),
+            Err(_) => break,
+        }
+        sent += 1;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let started = || daemon.log.lock().unwrap().matches("execution started connection=3 ").count();
+    let paused = started();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(started(), paused, "the daemon started more of its executions after it stopped reading");
+    let stalled = daemon.rss_kib();
+    assert!(
+        stalled < before + 64 * 1024,
+        "the daemon grew from {before} KiB to {stalled} KiB for a client that reads nothing ({sent} executes sent, {paused} started)"
+    );
+    // Others are served meanwhile.
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'meanwhile'")).await),
+        r#"{"result":"meanwhile","logs":[]}"#
+    );
+    // It leaves: what the daemon held for it goes.
+    drop(silent);
+    let left = Instant::now();
+    while !daemon.log.lock().unwrap().contains("connection closed connection=3") {
+        assert!(left.elapsed() < Duration::from_secs(3), "the daemon did not see the client go");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The daemon gives freed memory back within a second of a connection's close.
+    while daemon.rss_kib() > before + 4 * 1024 {
+        assert!(
+            left.elapsed() < Duration::from_secs(3),
+            "the daemon kept {} KiB over {before} KiB after the client left",
+            daemon.rss_kib() - before
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'after'")).await),
+        r#"{"result":"after","logs":[]}"#
+    );
+}
+
+const OUTCOME_TOO_LARGE_1MIB: &str = "The outcome (result, error text and logs together) is over the limit of 1048576 bytes for one message on the connection. Return less and log less, or split the work over several runs; the first logs that fit are kept.";
+
+/// A run that waits on its call for a while, and how it ends.
+fn slow_run(remote: &RemoteExecutor) -> tokio::task::JoinHandle<codemode_executor::Outcome> {
+    let remote = remote.clone();
+    tokio::spawn(async move {
+        let dispatch = |_: ToolCall| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            r#"{"result":"found"}"#.to_owned()
+        };
+        let code = "async () => { console.log('normal'); return await store.find('ada') }";
+        remote.execute(Request::new(code).provider(store()).dispatch(dispatch)).await
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_over_the_frame_bound_arrives_as_result_too_large_and_others_go_on() {
+    // A daemon of 1 MiB frames.
+    let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let normal = slow_run(&remote);
+    let large =
+        remote.execute(Request::new("async () => { console.log('before'); return 'x'.repeat(2e6) }")).await;
+    assert_eq!(
+        json(&large),
+        format!(r#"{{"error":"{OUTCOME_TOO_LARGE_1MIB}","kind":"resultTooLarge","logs":["before"]}}"#)
+    );
+    // The issue's program, its logs past the bound beside a long thrown text: the first
+    // logs that fit are kept.
+    let logged = remote
+        .execute(
+            Request::new(
+                "async () => { for (let i = 0; i < 2e4; i++) console.log('z'.repeat(60)); throw 'y'.repeat(6e6) }",
+            )
+            .max_log_bytes(4 << 20),
+        )
+        .await;
+    assert_eq!(logged.kind(), OutcomeKind::ResultTooLarge);
+    assert_eq!(logged.error_text(), Some(OUTCOME_TOO_LARGE_1MIB));
+    let kept = logged.logs().len();
+    assert!(kept > 1000 && kept < 20_000, "{kept} logs kept");
+    assert!(logged.logs().iter().all(|line| *line == "z".repeat(60)));
+    let frame = format!(r#"{{"type":"outcome","execution":3,"outcome":{}}}"#, json(&logged));
+    assert!(frame.len() <= 1 << 20 && frame.len() + 63 > 1 << 20, "a frame of {} bytes", frame.len());
+    assert_eq!(json(&normal.await.unwrap()), r#"{"result":"found","logs":["normal"]}"#);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_skips_a_frame_over_its_bound_and_fails_only_that_execution() {
+    // The daemon writes frames of up to 4 MiB; this client reads up to 1 MiB.
+    let address = start(
+        DaemonConfig { max_frame_bytes: 4 << 20, ..config(Address::Unix(temp("sock"))) },
+        Executor::default(),
+    )
+    .await;
+    let options = RemoteOptions { max_frame_bytes: 1 << 20, ..RemoteOptions::default() };
+    let remote = RemoteExecutor::connect_with(&address, options).await.unwrap();
+    let normal = slow_run(&remote);
+    let large =
+        remote.execute(Request::new("async () => { console.log('before'); return 'x'.repeat(2e6) }")).await;
+    assert_eq!(
+        json(&large),
+        format!(r#"{{"error":"{OUTCOME_TOO_LARGE_1MIB}","kind":"resultTooLarge","logs":[]}}"#)
+    );
+    assert_eq!(json(&normal.await.unwrap()), r#"{"result":"found","logs":["normal"]}"#);
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'next'")).await),
+        r#"{"result":"next","logs":[]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_answers_and_requests_past_the_frame_bound_are_refused_not_sent() {
+    let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
+    let options = RemoteOptions { max_frame_bytes: 1 << 20, ..RemoteOptions::default() };
+    let remote = RemoteExecutor::connect_with(&address, options).await.unwrap();
+    let recorder = Recorder::default();
+    let call = remote
+        .execute(
+            Request::new(
+                "async () => { try { await store.find('x'.repeat(2e6)) } catch (e) { return e.message } }",
+            )
+            .provider(store())
+            .dispatch(recorder.dispatch(|_| "{}".to_owned())),
+        )
+        .await;
+    assert_eq!(
+        json(&call),
+        r#"{"result":"This call is over the limit of 1048576 bytes for one message on the connection, so it was not sent to the host. Send less per call.","logs":[]}"#
+    );
+    assert_eq!(recorder.calls(), vec![]);
+    let answer = remote
+        .execute(
+            Request::new("async () => { try { await store.find('ada') } catch (e) { return e.message } }")
+                .provider(store())
+                .dispatch(|_: ToolCall| async { format!(r#"{{"result":"{}"}}"#, "x".repeat(2_000_000)) }),
+        )
+        .await;
+    assert_eq!(
+        json(&answer),
+        r#"{"result":"The host's answer to this call is over the limit of 1048576 bytes for one message on the connection, so it was not delivered. Ask for less per call.","logs":[]}"#
+    );
+    let request = remote.execute(Request::new(format!("async () => '{}'", "x".repeat(2_000_000)))).await;
+    assert_eq!(
+        json(&request),
+        r#"{"error":"The request is over the limit of 1048576 bytes for one message on the connection, so it was not sent. Send shorter code.","kind":"invalid","logs":[]}"#
+    );
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'fine'")).await),
+        r#"{"result":"fine","logs":[]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_connection_fails_its_pending_executions_and_the_next_execute_connects_again() {
+    // The client's bound (64 MiB) is over the daemon's (1 MiB): an answer of 2 MB breaks
+    // the daemon's rule, and the daemon closes the connection.
+    let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
+    let remote = RemoteExecutor::connect(&address, None).await.unwrap();
+    let waiting = {
+        let remote = remote.clone();
+        tokio::spawn(async move {
+            remote
+                .execute(Request::new(
+                    "async () => { await new Promise(r => setTimeout(r, 3000)); return 1 }",
+                ))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let broken = remote
+        .execute(
+            Request::new("async () => store.find('ada')")
+                .provider(store())
+                .dispatch(|_: ToolCall| async { format!(r#"{{"result":"{}"}}"#, "x".repeat(2_000_000)) }),
+        )
+        .await;
+    let lost = r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#;
+    assert_eq!(json(&broken), lost);
+    assert_eq!(json(&waiting.await.unwrap()), lost);
+    assert_eq!(
+        json(&remote.execute(Request::new("async () => 'reconnected'")).await),
+        r#"{"result":"reconnected","logs":[]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outcome_waiting_on_a_client_that_reads_nothing_is_dropped_for_a_short_one() {
+    let path = temp("sock");
+    let limits = DaemonLimits {
+        max_queued_bytes: 64 << 10,
+        send_timeout: Duration::from_millis(300),
+        ..DaemonLimits::default()
+    };
+    let config = DaemonConfig { max_frame_bytes: 4 << 20, ..config(Address::Unix(path.clone())) };
+    start_with(config, limits, Executor::default()).await;
+    let mut raw = Raw::connect(&path).await;
+    raw.send(HELLO).await;
+    raw.next().await;
+    // Two outcomes of a mebibyte, read by nobody: the first fills the socket and the
+    // queue, the second waits for room past the send timeout.
+    for execution in [1, 2] {
+        raw.send(&format!(
+            r#"{{"type":"execute","execution":{execution},"request":{{"code":"{LOGS_A_MEBIBYTE}"}}}}"#
+        ))
+        .await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut lines = [raw.next().await.unwrap(), raw.next().await.unwrap()];
+    lines.sort_by_key(|line| line.len());
+    let [short, long] = lines;
+    let dropped = if short.contains(r#""execution":1,"#) { 1 } else { 2 };
+    assert_eq!(
+        short,
+        format!(
+            r#"{{"type":"outcome","execution":{dropped},"outcome":{{"error":"The client read nothing for 300 ms while this run's outcome waited to be sent, so the daemon dropped the outcome. Keep reading the connection while runs are live.","kind":"internal","logs":[]}}}}"#
+        )
+    );
+    assert!(
+        long.starts_with(&format!(
+            r#"{{"type":"outcome","execution":{},"outcome":{{"result":1,"logs":["xxx"#,
+            3 - dropped
+        )),
+        "{}",
+        &long[..100]
+    );
+    assert!(long.len() > 1_000_000);
 }

@@ -1,20 +1,31 @@
 //! The wire protocol spoken over a byte stream: one JSON message per line, the
 //! protocol crate's `ClientMessage` and `ServerMessage`.
 //!
-//! `server` serves the built-in executor behind it (`codemode stdio`); `process` is the
-//! host side, used by process isolation.
+//! `server` serves the built-in executor behind it (`codemode stdio`, `codemode serve`);
+//! `process` is the host side, used by process isolation.
+//!
+//! Every frame is bounded by one rule on both sides: a frame is its JSON without the
+//! newline, and a side neither writes ([`encode_frame`]) nor reads ([`FrameReader`]) one
+//! longer than its bound.
 
 pub(crate) mod process;
 pub mod server;
 
-use codemode_protocol::wire::ProtocolErrorKind;
+use codemode_protocol::wire::{ProtocolErrorKind, ServerMessage};
+use codemode_protocol::{Outcome, OutcomeKind, texts};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
 /// The largest message read from the wire by default, so a peer cannot grow memory
 /// without bound.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// How many bytes of an oversized frame are kept to tell what it was.
+const HEAD_BYTES: usize = 96;
+
+/// A reader's line buffer grown past this is given back after its frame.
+const KEEP_LINE_CAPACITY: usize = 64 << 10;
 
 /// Write one message and a newline, flushed.
 pub(crate) async fn write_message<W: AsyncWrite + Unpin, M: Serialize>(
@@ -27,10 +38,64 @@ pub(crate) async fn write_message<W: AsyncWrite + Unpin, M: Serialize>(
     out.flush().await
 }
 
+/// `message` as one frame, its newline included; `None` when its JSON is longer than
+/// `max_bytes`. Serializing stops at the bound, so an oversized message costs no more
+/// than the bound.
+pub(crate) fn encode_frame<M: Serialize>(message: &M, max_bytes: usize) -> Option<Vec<u8>> {
+    struct Bounded {
+        bytes: Vec<u8>,
+        max: usize,
+    }
+    impl std::io::Write for Bounded {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.bytes.len() + buf.len() > self.max {
+                return Err(std::io::Error::other("over the frame bound"));
+            }
+            self.bytes.extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut out = Bounded { bytes: Vec::new(), max: max_bytes };
+    serde_json::to_writer(&mut out, message).ok()?;
+    out.bytes.push(b'\n');
+    Some(out.bytes)
+}
+
+/// The length of `message`'s frame, its newline included, counted without holding it;
+/// `None` when its JSON is longer than `max_bytes` (counting stops there).
+pub(crate) fn frame_length<M: Serialize>(message: &M, max_bytes: usize) -> Option<usize> {
+    struct Counted {
+        length: usize,
+        max: usize,
+    }
+    impl std::io::Write for Counted {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.length += buf.len();
+            if self.length > self.max {
+                return Err(std::io::Error::other("over the frame bound"));
+            }
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counted = Counted { length: 0, max: max_bytes };
+    serde_json::to_writer(&mut counted, message).ok()?;
+    Some(counted.length + 1)
+}
+
 /// Why a frame could not be read.
 #[derive(Debug)]
 pub(crate) enum FrameError {
-    TooLarge(usize),
+    /// Longer than the bound; `head` is its first bytes, to tell whose it was.
+    TooLarge {
+        max: usize,
+        head: Vec<u8>,
+    },
     Malformed(String),
     Broken(std::io::Error),
 }
@@ -38,7 +103,7 @@ pub(crate) enum FrameError {
 impl FrameError {
     pub(crate) fn kind(&self) -> ProtocolErrorKind {
         match self {
-            FrameError::TooLarge(_) => ProtocolErrorKind::FrameTooLarge,
+            FrameError::TooLarge { .. } => ProtocolErrorKind::FrameTooLarge,
             FrameError::Malformed(_) | FrameError::Broken(_) => ProtocolErrorKind::MalformedFrame,
         }
     }
@@ -47,7 +112,9 @@ impl FrameError {
 impl std::fmt::Display for FrameError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            FrameError::TooLarge(max) => write!(f, "a frame is longer than the maximum of {max} bytes"),
+            FrameError::TooLarge { max, .. } => {
+                write!(f, "a frame is longer than the maximum of {max} bytes")
+            }
             FrameError::Malformed(problem) => {
                 write!(f, "a frame is not a message of this protocol: {problem}")
             }
@@ -56,31 +123,222 @@ impl std::fmt::Display for FrameError {
     }
 }
 
-/// Read one message of at most `max_bytes`; `Ok(None)` at the end of the stream.
-pub(crate) async fn read_frame<R: AsyncBufRead + Unpin, M: DeserializeOwned>(
-    input: &mut R,
+/// Reads frames of at most a bound from one stream.
+///
+/// Cancellation-safe: the bytes of a frame read so far stay here, so a read dropped
+/// inside `select!` loses nothing and the next read goes on where it stopped. After an
+/// oversized frame the next read first skips the rest of it, holding none of it.
+pub(crate) struct FrameReader {
     max_bytes: usize,
-) -> Result<Option<M>, FrameError> {
-    let mut line = Vec::new();
-    let read = (&mut *input).take(max_bytes as u64 + 1).read_until(b'\n', &mut line).await;
-    match read {
-        Ok(0) => Ok(None),
-        Ok(_) if line.len() > max_bytes && line.last() != Some(&b'\n') => {
-            Err(FrameError::TooLarge(max_bytes))
+    line: Vec<u8>,
+    skipping: bool,
+}
+
+impl FrameReader {
+    pub(crate) fn new(max_bytes: usize) -> FrameReader {
+        FrameReader { max_bytes, line: Vec::new(), skipping: false }
+    }
+
+    /// Change the bound, as when a connection is authenticated.
+    pub(crate) fn set_max_bytes(&mut self, max_bytes: usize) {
+        self.max_bytes = max_bytes;
+    }
+
+    /// Read one message; `Ok(None)` at the end of the stream.
+    pub(crate) async fn next<R: AsyncBufRead + Unpin, M: DeserializeOwned>(
+        &mut self,
+        input: &mut R,
+    ) -> Result<Option<M>, FrameError> {
+        loop {
+            let available = input.fill_buf().await.map_err(FrameError::Broken)?;
+            if available.is_empty() {
+                self.skipping = false;
+                if self.line.is_empty() {
+                    return Ok(None);
+                }
+                // The last frame may end without its newline.
+                return self.parse().map(Some);
+            }
+            let newline = available.iter().position(|&b| b == b'\n');
+            let chunk = newline.unwrap_or(available.len());
+            let used = newline.map_or(chunk, |n| n + 1);
+            if self.skipping {
+                input.consume(used);
+                self.skipping = newline.is_none();
+                continue;
+            }
+            if self.line.len() + chunk > self.max_bytes {
+                let mut head = std::mem::take(&mut self.line);
+                head.truncate(HEAD_BYTES);
+                let more = HEAD_BYTES.saturating_sub(head.len()).min(chunk);
+                head.extend_from_slice(&available[..more]);
+                input.consume(used);
+                self.skipping = newline.is_none();
+                return Err(FrameError::TooLarge { max: self.max_bytes, head });
+            }
+            self.line.extend_from_slice(&available[..chunk]);
+            input.consume(used);
+            if newline.is_some() {
+                return self.parse().map(Some);
+            }
         }
-        Ok(_) => {
-            // Any depth (a result may nest far past serde_json's limit of 128), and a lone
-            // surrogate a JavaScript peer escaped reads as U+FFFD, as the codec reads it.
-            let text = std::str::from_utf8(&line).map_err(|e| FrameError::Malformed(e.to_string()))?;
-            codemode_protocol::from_json_str(text).map(Some).map_err(|e| FrameError::Malformed(e.to_string()))
+    }
+
+    fn parse<M: DeserializeOwned>(&mut self) -> Result<M, FrameError> {
+        // Any depth (a result may nest far past serde_json's limit of 128), and a lone
+        // surrogate a JavaScript peer escaped reads as U+FFFD, as the codec reads it.
+        let parsed = std::str::from_utf8(&self.line)
+            .map_err(|e| FrameError::Malformed(e.to_string()))
+            .and_then(|text| {
+                codemode_protocol::from_json_str(text).map_err(|e| FrameError::Malformed(e.to_string()))
+            });
+        self.line.clear();
+        if self.line.capacity() > KEEP_LINE_CAPACITY {
+            self.line = Vec::new();
         }
-        Err(e) => Err(FrameError::Broken(e)),
+        parsed
     }
 }
 
-/// [`read_frame`] with the default maximum, the problem as text.
+/// One message of at most [`MAX_FRAME_BYTES`], the problem as text; `Ok(None)` at the end.
 pub(crate) async fn read_message<R: AsyncBufRead + Unpin, M: DeserializeOwned>(
     input: &mut R,
 ) -> Result<Option<M>, String> {
-    read_frame(input, MAX_FRAME_BYTES).await.map_err(|e| e.to_string())
+    FrameReader::new(MAX_FRAME_BYTES).next(input).await.map_err(|e| e.to_string())
+}
+
+/// The outcome that stands in for one longer than `max_bytes` in its frame: kind
+/// `resultTooLarge`, its text pinned, and the first of `logs` that fit beside it.
+pub(crate) fn too_large_outcome(execution: u64, logs: &[String], max_bytes: usize) -> Outcome {
+    let text = texts::OUTCOME_TOO_LARGE.fill(&[&max_bytes.to_string()]);
+    let bare = ServerMessage::Outcome {
+        execution,
+        outcome: Outcome::failure(OutcomeKind::ResultTooLarge, text.clone(), Vec::new()),
+    };
+    let mut room = max_bytes.saturating_sub(serde_json::to_vec(&bare).map_or(usize::MAX, |b| b.len()));
+    let mut kept = Vec::new();
+    for line in logs {
+        // Its JSON string and a comma.
+        let cost = serde_json::to_string(line).map_or(usize::MAX, |s| s.len()).saturating_add(1);
+        if cost > room {
+            break;
+        }
+        room -= cost;
+        kept.push(line.clone());
+    }
+    Outcome::failure(OutcomeKind::ResultTooLarge, text, kept)
+}
+
+/// What an oversized frame was, told from its head as this crate writes it (the type,
+/// then the execution, then the call).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FrameHead {
+    Outcome { execution: u64 },
+    Call { execution: u64, call: u64 },
+    Fetch { execution: u64, call: u64 },
+    Unknown,
+}
+
+impl FrameHead {
+    pub(crate) fn read(head: &[u8]) -> FrameHead {
+        fn number(text: &[u8]) -> Option<(u64, &[u8])> {
+            let digits = text.iter().take_while(|b| b.is_ascii_digit()).count();
+            let value = std::str::from_utf8(&text[..digits]).ok()?.parse().ok()?;
+            Some((value, &text[digits..]))
+        }
+        let ids = |rest: &[u8]| -> Option<(u64, u64)> {
+            let (execution, rest) = number(rest)?;
+            let (call, _) = number(rest.strip_prefix(br#","call":"#)?)?;
+            Some((execution, call))
+        };
+        if let Some(rest) = head.strip_prefix(br#"{"type":"outcome","execution":"#) {
+            if let Some((execution, rest)) = number(rest) {
+                if rest.starts_with(b",") {
+                    return FrameHead::Outcome { execution };
+                }
+            }
+        } else if let Some(rest) = head.strip_prefix(br#"{"type":"call","execution":"#) {
+            if let Some((execution, call)) = ids(rest) {
+                return FrameHead::Call { execution, call };
+            }
+        } else if let Some(rest) = head.strip_prefix(br#"{"type":"fetch","execution":"#) {
+            if let Some((execution, call)) = ids(rest) {
+                return FrameHead::Fetch { execution, call };
+            }
+        }
+        FrameHead::Unknown
+    }
+}
+
+/// Return freed memory to the operating system soon, at most once a second: glibc's
+/// allocator otherwise keeps the freed pages of large frames and outcomes, and a server
+/// that once held much for one client would stay that large.
+pub(crate) fn give_back_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        static SCHEDULED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        static LAST: std::sync::Mutex<Option<tokio::time::Instant>> = std::sync::Mutex::new(None);
+        if SCHEDULED.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        tokio::spawn(async {
+            let last = *LAST.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(last) = last {
+                tokio::time::sleep_until(last + std::time::Duration::from_secs(1)).await;
+            }
+            SCHEDULED.store(false, std::sync::atomic::Ordering::Release);
+            // SAFETY: malloc_trim takes no pointers and is safe to call from any thread.
+            let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+            *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_oversized_frame_is_skipped_and_the_next_one_read() {
+        let big = format!(
+            "{{\"type\":\"outcome\",\"execution\":7,\"outcome\":{{\"result\":\"{}\",\"logs\":[]}}}}\n",
+            "x".repeat(500)
+        );
+        let small = "{\"type\":\"outcome\",\"execution\":8,\"outcome\":{\"result\":1,\"logs\":[]}}\n";
+        let bytes = format!("{big}{small}");
+        let mut input = tokio::io::BufReader::with_capacity(16, bytes.as_bytes());
+        let mut frames = FrameReader::new(100);
+        let Err(FrameError::TooLarge { max: 100, head }) = frames.next::<_, ServerMessage>(&mut input).await
+        else {
+            panic!("the big frame is too large")
+        };
+        assert_eq!(FrameHead::read(&head), FrameHead::Outcome { execution: 7 });
+        let Ok(Some(ServerMessage::Outcome { execution: 8, .. })) = frames.next(&mut input).await else {
+            panic!("the small frame after it is read")
+        };
+        assert!(matches!(frames.next::<_, ServerMessage>(&mut input).await, Ok(None)));
+    }
+
+    #[test]
+    fn a_frame_is_bounded_by_its_json_without_the_newline() {
+        let message = ServerMessage::Error(codemode_protocol::wire::ProtocolError {
+            kind: ProtocolErrorKind::Hello,
+            message: "m".to_owned(),
+        });
+        let length = serde_json::to_vec(&message).unwrap().len();
+        assert_eq!(encode_frame(&message, length).map(|f| f.len()), Some(length + 1));
+        assert_eq!(encode_frame(&message, length - 1), None);
+        assert_eq!(frame_length(&message, length), Some(length + 1));
+        assert_eq!(frame_length(&message, length - 1), None);
+    }
+
+    #[test]
+    fn a_call_head_names_its_execution_and_call() {
+        assert_eq!(
+            FrameHead::read(br#"{"type":"call","execution":3,"call":12,"provider":"s"#),
+            FrameHead::Call { execution: 3, call: 12 }
+        );
+        assert_eq!(FrameHead::read(br#"{"type":"call","execution":3"#), FrameHead::Unknown);
+        assert_eq!(FrameHead::read(br#"{"execution":3,"type":"outcome""#), FrameHead::Unknown);
+    }
 }

@@ -1,16 +1,30 @@
-//! The built-in executor behind the wire protocol: `codemode stdio`, and any stream.
+//! The built-in executor behind the wire protocol: `codemode stdio`, `codemode serve`,
+//! and any stream.
 //!
 //! One connection carries many executions, multiplexed by the client's execution ids.
 //! Each call a program makes goes out as a `call` message and waits for the matching
 //! `answer`; an answer for an execution or call that does not exist has no effect.
 //!
-//! Outcomes pass through with the kind the executor gave them. The two this layer makes:
+//! Outcomes pass through with the kind the executor gave them. The ones this layer makes:
 //! an execute beyond [`ServeOptions::max_executions`] ends `invalid` (refused before it
-//! ran), and an execution the client cancels ends `internal` (not the program's doing).
+//! ran), an execution the client cancels ends `internal` (not the program's doing), and
+//! an outcome longer than [`ServeOptions::max_frame_bytes`] is sent as kind
+//! `resultTooLarge` instead ([`texts::OUTCOME_TOO_LARGE`]), so no frame past the bound
+//! ever leaves.
+//!
+//! Bounds, so that nothing a client does grows the server without limit: before it is
+//! authenticated a connection may send only a hello of [`ServeOptions::max_hello_bytes`]
+//! within [`ServeOptions::hello_timeout`]; an idle one is closed after
+//! [`ServeOptions::idle_timeout`]; and messages wait for the client in a queue. While it
+//! holds [`ServeOptions::max_queued_bytes`] the connection reads nothing (so starts
+//! nothing) and outcomes wait for room; one that waited while the client read nothing
+//! for [`ServeOptions::send_timeout`] is dropped for a short one
+//! ([`texts::CLIENT_NOT_READING`]).
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{
@@ -18,11 +32,11 @@ use codemode_protocol::wire::{
     ServerMessage,
 };
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope};
-use tokio::io::{AsyncBufRead, AsyncWrite};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{read_frame, write_message};
+use super::{FrameError, FrameReader, encode_frame, frame_length, too_large_outcome, write_message};
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::{Executor, Request, RetainedExecution};
 
@@ -33,16 +47,61 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Executions live at once on one connection, by default.
+pub const MAX_EXECUTIONS: usize = 1024;
+
+/// The largest hello by default: all a connection may send before it is authenticated.
+pub const MAX_HELLO_BYTES: usize = 4 << 10;
+
+/// How long a new connection has for its hello by default (a daemon's TLS handshake
+/// included).
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a connection may be idle by default: no message either way and no
+/// execution live (retained engines count as live).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Bytes of messages waiting for the client by default before the connection pauses.
+pub const MAX_QUEUED_BYTES: usize = 4 << 20;
+
+/// How long the client may read nothing, by default, while an outcome waits for room.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a closing connection keeps writing what is queued (its error frame) to a
+/// client that may not be reading.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
 /// What one connection is allowed, and who hears about its executions.
 #[derive(Clone)]
 pub struct ServeOptions {
     /// The token a client's hello must carry; `None` accepts any hello.
     pub token: Option<String>,
-    /// The largest frame read; a longer one closes the connection with an error frame.
+    /// The largest frame read or written (its JSON, without the newline). A longer one
+    /// read closes the connection with an error frame; a longer outcome is sent as kind
+    /// `resultTooLarge`, a longer call fails that call. Default [`super::MAX_FRAME_BYTES`].
     pub max_frame_bytes: usize,
     /// Executions live at once on one connection; an execute beyond it gets an error
-    /// outcome of kind `invalid`.
+    /// outcome of kind `invalid`. Default [`MAX_EXECUTIONS`].
     pub max_executions: usize,
+    /// The largest hello; a longer one closes the connection with an error frame. Default
+    /// [`MAX_HELLO_BYTES`].
+    pub max_hello_bytes: usize,
+    /// How long the hello may take; past it the connection is closed with an error frame.
+    /// `None` waits for ever (stdio, where the peer is the parent). Default
+    /// [`HELLO_TIMEOUT`].
+    pub hello_timeout: Option<Duration>,
+    /// How long a connection may be idle before it is closed with an error frame of kind
+    /// `idle`; `None` never closes it. Default [`IDLE_TIMEOUT`].
+    pub idle_timeout: Option<Duration>,
+    /// Bytes of messages waiting for the client past which the connection starts no
+    /// execution and reads nothing more until the client has read. Running executions
+    /// carry on; their calls wait in the queue for answers that need the client to read.
+    /// Default [`MAX_QUEUED_BYTES`].
+    pub max_queued_bytes: usize,
+    /// How long the client may read nothing while an outcome waits for room in the
+    /// queue; past it that outcome is dropped for a short one of kind `internal`
+    /// ([`texts::CLIENT_NOT_READING`]). `None` waits for ever. Default [`SEND_TIMEOUT`].
+    pub send_timeout: Option<Duration>,
     /// Told when an execution starts and ends.
     pub on_event: Option<Arc<dyn Fn(ServeEvent) + Send + Sync>>,
 }
@@ -52,7 +111,12 @@ impl Default for ServeOptions {
         ServeOptions {
             token: None,
             max_frame_bytes: super::MAX_FRAME_BYTES,
-            max_executions: 1024,
+            max_executions: MAX_EXECUTIONS,
+            max_hello_bytes: MAX_HELLO_BYTES,
+            hello_timeout: Some(HELLO_TIMEOUT),
+            idle_timeout: Some(IDLE_TIMEOUT),
+            max_queued_bytes: MAX_QUEUED_BYTES,
+            send_timeout: Some(SEND_TIMEOUT),
             on_event: None,
         }
     }
@@ -78,19 +142,43 @@ pub enum ServeEvent {
     },
 }
 
-/// Serve `executor` on one connection until the client closes it, accepting any hello.
+/// Serve `executor` on one connection until the client closes it, accepting any hello,
+/// with no deadline on the hello, no idle close and no send timeout: for stdio, where the
+/// peer is the parent process (a pooled worker process waits idle for as long as its pool
+/// keeps it).
 pub async fn serve<R, W>(executor: Executor, input: R, output: W) -> Result<(), String>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    serve_with(executor, input, output, ServeOptions::default()).await
+    let options = ServeOptions {
+        hello_timeout: None,
+        idle_timeout: None,
+        send_timeout: None,
+        ..ServeOptions::default()
+    };
+    serve_with(executor, input, output, options).await
 }
 
 /// Whether `given` is `expected`, in time that does not depend on where they differ.
 fn token_matches(given: Option<&str>, expected: &str) -> bool {
     use subtle::ConstantTimeEq;
     given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(expected.as_bytes())))
+}
+
+fn refusal(kind: ProtocolErrorKind, message: String) -> ServerMessage {
+    ServerMessage::Error(ProtocolError { kind, message })
+}
+
+/// Write a refusal before the connection is authenticated, giving up on a client that
+/// does not read; the problem comes back as the connection's ending.
+async fn refuse<W: AsyncWrite + Unpin>(
+    output: &mut W,
+    kind: ProtocolErrorKind,
+    message: String,
+) -> Result<(), String> {
+    let _ = tokio::time::timeout(CLOSE_GRACE, write_message(output, &refusal(kind, message.clone()))).await;
+    Err(message)
 }
 
 /// Serve `executor` on one connection with `options`. Executions still running when the
@@ -105,16 +193,19 @@ where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let refuse = |kind, message: String| ServerMessage::Error(ProtocolError { kind, message });
-    let first = match read_frame::<_, ClientMessage>(&mut input, options.max_frame_bytes).await {
-        Ok(first) => first,
-        Err(problem) => {
-            let _ = write_message(&mut output, &refuse(problem.kind(), problem.to_string())).await;
-            return Err(problem.to_string());
-        }
+    let mut frames = FrameReader::new(options.max_hello_bytes);
+    let first = match options.hello_timeout {
+        None => frames.next::<_, ClientMessage>(&mut input).await,
+        Some(limit) => match tokio::time::timeout(limit, frames.next(&mut input)).await {
+            Ok(first) => first,
+            Err(_) => {
+                let message = texts::HELLO_TIMEOUT.fill(&[&limit.as_millis().to_string()]);
+                return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
+            }
+        },
     };
     match first {
-        Some(ClientMessage::Hello(hello))
+        Ok(Some(ClientMessage::Hello(hello)))
             if hello.protocol == PROTOCOL_NAME && hello.version == PROTOCOL_VERSION =>
         {
             if let Some(expected) = &options.token {
@@ -124,66 +215,97 @@ where
                     } else {
                         "the hello's token is not this daemon's token"
                     };
-                    let _ = write_message(
-                        &mut output,
-                        &refuse(ProtocolErrorKind::Unauthorized, message.to_owned()),
-                    )
-                    .await;
-                    return Err(message.to_owned());
+                    return refuse(&mut output, ProtocolErrorKind::Unauthorized, message.to_owned()).await;
                 }
             }
         }
-        Some(ClientMessage::Hello(hello)) => {
+        Ok(Some(ClientMessage::Hello(hello))) => {
             let message = format!(
                 "this server speaks {PROTOCOL_NAME} version {PROTOCOL_VERSION}; the client said {} version {}",
                 hello.protocol, hello.version
             );
-            let _ = write_message(&mut output, &refuse(ProtocolErrorKind::Hello, message.clone())).await;
-            return Err(message);
+            return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
         }
-        Some(_) => {
+        Ok(Some(_)) => {
             let message = "the first message must be a hello".to_owned();
-            let _ = write_message(&mut output, &refuse(ProtocolErrorKind::Hello, message.clone())).await;
-            return Err(message);
+            return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
         }
-        None => return Ok(()),
+        Ok(None) => return Ok(()),
+        Err(FrameError::TooLarge { max, .. }) => {
+            let message = texts::HELLO_TOO_LARGE.fill(&[&max.to_string()]);
+            return refuse(&mut output, ProtocolErrorKind::FrameTooLarge, message).await;
+        }
+        Err(problem) => return refuse(&mut output, problem.kind(), problem.to_string()).await,
     }
-    let (out, mut outgoing) = mpsc::unbounded_channel::<ServerMessage>();
-    let writer = tokio::spawn(async move {
-        write_message(&mut output, &ServerMessage::Hello(Hello::current())).await?;
-        while let Some(message) = outgoing.recv().await {
-            write_message(&mut output, &message).await?;
-        }
-        Ok::<_, std::io::Error>(())
-    });
+    frames.set_max_bytes(options.max_frame_bytes);
+    let (out, mut writer) = Outgoing::start(output, &options);
+    let mut writer_done = false;
     let waiting: Waiting = Arc::default();
     let fetch_waiting: FetchWaiting = Arc::default();
     let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
     let retained: Arc<Mutex<HashMap<u64, RetainedExecution>>> = Arc::default();
+    // Executions whose outcome waits to be queued.
+    let unsent: Arc<Mutex<HashSet<u64>>> = Arc::default();
+    let count = || lock(&running).len() + lock(&retained).len() + lock(&unsent).len();
+    let live = || count() > 0;
     let result = loop {
-        let message = match read_frame::<_, ClientMessage>(&mut input, options.max_frame_bytes).await {
+        // The idle clock runs only while nothing is live.
+        let idle_at = options.idle_timeout.map(|limit| {
+            let since = if live() { Instant::now() } else { out.last_activity() };
+            tokio::time::Instant::from_std(since + limit)
+        });
+        // A client that does not read stops being read: nothing new starts for it, and its
+        // own writes wait. Every branch is safe to drop: `frames` keeps a partial frame.
+        let full = out.is_full();
+        let frame = tokio::select! {
+            frame = frames.next::<_, ClientMessage>(&mut input), if !full => frame,
+            () = out.room(None), if full => {
+                if out.is_closed() {
+                    writer_done = true;
+                    let _ = (&mut writer).await;
+                    break Err("the connection failed while writing to the client".to_owned());
+                }
+                continue;
+            }
+            _ = &mut writer, if !writer_done => {
+                writer_done = true;
+                break Err("the connection failed while writing to the client".to_owned());
+            }
+            () = sleep_until(idle_at) => {
+                let limit = options.idle_timeout.unwrap_or_default();
+                if live() || out.last_activity().elapsed() < limit {
+                    continue;
+                }
+                let message = texts::CONNECTION_IDLE.fill(&[&limit.as_millis().to_string()]);
+                let _ = out.push(refusal(ProtocolErrorKind::Idle, message.clone()));
+                break Err(message);
+            }
+        };
+        let message = match frame {
             Ok(Some(message)) => message,
             Ok(None) => break Ok(()),
             Err(problem) => {
-                let _ = out.send(refuse(problem.kind(), problem.to_string()));
+                let _ = out.push(refusal(problem.kind(), problem.to_string()));
                 break Err(problem.to_string());
             }
         };
+        out.touch();
         match message {
             ClientMessage::Hello(_) => {}
             ClientMessage::Execute { execution, request } => {
-                if lock(&running).contains_key(&execution) || lock(&retained).contains_key(&execution) {
+                if lock(&running).contains_key(&execution)
+                    || lock(&retained).contains_key(&execution)
+                    || lock(&unsent).contains(&execution)
+                {
                     let problem =
                         format!("execution {execution} is still live; give each execution its own id");
-                    let _ = out.send(refuse(ProtocolErrorKind::DuplicateExecution, problem.clone()));
+                    let _ = out.push(refusal(ProtocolErrorKind::DuplicateExecution, problem.clone()));
                     break Err(problem);
                 }
-                if lock(&running).len() + lock(&retained).len() >= options.max_executions {
+                if count() >= options.max_executions {
                     let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
-                    let _ = out.send(ServerMessage::Outcome {
-                        execution,
-                        outcome: Outcome::failure(OutcomeKind::Invalid, text, Vec::new()),
-                    });
+                    let outcome = Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
+                    let _ = out.push(ServerMessage::Outcome { execution, outcome });
                     continue;
                 }
                 let retain = request.retain_handles;
@@ -201,13 +323,19 @@ where
                     waiting: fetch_waiting.clone(),
                 });
                 let request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
-                let (executor, out, running_map, retained_map, waiting_map) =
-                    (executor.clone(), out.clone(), running.clone(), retained.clone(), waiting.clone());
+                let (executor, out, running_map, retained_map, waiting_map, unsent_ids) = (
+                    executor.clone(),
+                    out.clone(),
+                    running.clone(),
+                    retained.clone(),
+                    waiting.clone(),
+                    unsent.clone(),
+                );
                 let on_event = options.on_event.clone();
                 if let Some(tell) = &on_event {
                     tell(ServeEvent::Started { execution });
                 }
-                let started = std::time::Instant::now();
+                let started = Instant::now();
                 // The task waits until its id is recorded as running: a run that ends at once
                 // must not remove its id before the id is there (which left a stale entry
                 // that refused the id's next use).
@@ -221,13 +349,23 @@ where
                     } else {
                         executor.execute(request).await
                     };
-                    lock(&running_map).remove(&execution);
                     lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
-                    if let Some(tell) = &on_event {
-                        let kind = outcome.kind().as_str();
-                        tell(ServeEvent::Ended { execution, duration: started.elapsed(), outcome: kind });
+                    let frame = out.outcome_frame(execution, outcome);
+                    // Counted live until its outcome is queued, so a client that does not
+                    // read holds its executions' places; no longer cancellable, so a
+                    // cancel now cannot make a second outcome.
+                    let _unsent = Unsent::record(&unsent_ids, execution);
+                    if lock(&running_map).remove(&execution).is_none() {
+                        return;
                     }
-                    let _ = out.send(ServerMessage::Outcome { execution, outcome });
+                    let kind = out.push_outcome(execution, frame).await;
+                    if let Some(tell) = &on_event {
+                        tell(ServeEvent::Ended {
+                            execution,
+                            duration: started.elapsed(),
+                            outcome: kind.as_str(),
+                        });
+                    }
                 });
                 lock(&running).insert(execution, task);
                 let _ = recorded.send(());
@@ -253,7 +391,7 @@ where
                         });
                     }
                     let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
-                    let _ = out.send(ServerMessage::Outcome { execution, outcome });
+                    let _ = out.push(ServerMessage::Outcome { execution, outcome });
                 }
                 lock(&retained).remove(&execution);
             }
@@ -266,16 +404,281 @@ where
         task.abort();
     }
     lock(&retained).clear();
-    drop(out);
-    let _ = writer.await;
+    lock(&waiting).clear();
+    lock(&fetch_waiting).clear();
+    // What is queued (an error frame) goes out if the client reads it within the grace.
+    out.finish();
+    if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
+        writer.abort();
+    }
+    // Outcomes still waiting for room learn that none will come.
+    out.close();
+    super::give_back_memory();
     result
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// An outcome ready to queue: its message, its frame's length, and its kind. It is
+/// encoded only once the queue takes it, so an outcome waiting holds only itself.
+struct OutcomeFrame {
+    message: ServerMessage,
+    length: usize,
+    kind: OutcomeKind,
+}
+
+/// Frames are written in pieces of this size, each one progress for the send timeout.
+const WRITE_PIECE: usize = 64 << 10;
+
+/// The messages waiting for one client, and the bound on their bytes.
+///
+/// Calls, fetches and this layer's own messages are queued at once, so they leave in the
+/// order they were made (a program's calls in program order); each is bounded by its
+/// execution's own limits or by what the reader read. An outcome waits for the queue to
+/// be under its bound, and the reader reads nothing while it is not: so a client that
+/// does not read holds the bound, the executions it started, and small outcomes.
+#[derive(Clone)]
+struct Outgoing {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    queue: mpsc::UnboundedSender<Vec<u8>>,
+    queued: AtomicUsize,
+    drained: Notify,
+    closed: AtomicBool,
+    finished: tokio_util::sync::CancellationToken,
+    max_frame_bytes: usize,
+    max_queued_bytes: usize,
+    send_timeout: Option<Duration>,
+    opened: Instant,
+    /// Milliseconds from `opened` to the last message either way.
+    activity: AtomicU64,
+    /// Milliseconds from `opened` to the last piece written.
+    progress: AtomicU64,
+}
+
+impl Outgoing {
+    /// The queue, and the task writing it (the server's hello first).
+    fn start<W>(mut output: W, options: &ServeOptions) -> (Outgoing, JoinHandle<()>)
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (queue, mut queued) = mpsc::unbounded_channel::<Vec<u8>>();
+        let shared = Arc::new(Shared {
+            queue,
+            queued: AtomicUsize::new(0),
+            drained: Notify::new(),
+            closed: AtomicBool::new(false),
+            finished: tokio_util::sync::CancellationToken::new(),
+            max_frame_bytes: options.max_frame_bytes,
+            max_queued_bytes: options.max_queued_bytes.max(1),
+            send_timeout: options.send_timeout,
+            opened: Instant::now(),
+            activity: AtomicU64::new(0),
+            progress: AtomicU64::new(0),
+        });
+        let out = Outgoing { shared: shared.clone() };
+        let writer = tokio::spawn(async move {
+            let written = async {
+                write_message(&mut output, &ServerMessage::Hello(Hello::current())).await?;
+                loop {
+                    let frame = tokio::select! {
+                        biased;
+                        frame = queued.recv() => frame,
+                        () = shared.finished.cancelled() => queued.try_recv().ok(),
+                    };
+                    let Some(frame) = frame else { break };
+                    Shared::stamp(&shared.opened, &shared.progress);
+                    for piece in frame.chunks(WRITE_PIECE) {
+                        output.write_all(piece).await?;
+                        Shared::stamp(&shared.opened, &shared.progress);
+                    }
+                    if queued.is_empty() {
+                        output.flush().await?;
+                    }
+                    shared.queued.fetch_sub(frame.len(), Ordering::AcqRel);
+                    drop(frame);
+                    Shared::stamp(&shared.opened, &shared.activity);
+                    shared.drained.notify_waiters();
+                }
+                output.flush().await?;
+                output.shutdown().await
+            };
+            let _ = written.await;
+            shared.closed.store(true, Ordering::Release);
+            shared.drained.notify_waiters();
+        });
+        (out, writer)
+    }
+
+    /// Queue `message` now; `Err` gives it back when it is longer than the frame bound.
+    fn push(&self, message: ServerMessage) -> Result<(), ServerMessage> {
+        match encode_frame(&message, self.shared.max_frame_bytes) {
+            Some(frame) => {
+                self.push_frame(frame);
+                Ok(())
+            }
+            None => Err(message),
+        }
+    }
+
+    fn push_frame(&self, frame: Vec<u8>) {
+        if self.is_closed() {
+            return;
+        }
+        let length = frame.len();
+        self.shared.queued.fetch_add(length, Ordering::AcqRel);
+        if self.shared.queue.send(frame).is_err() {
+            self.shared.queued.fetch_sub(length, Ordering::AcqRel);
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether the queue holds its bound of bytes or more.
+    fn is_full(&self) -> bool {
+        self.shared.queued.load(Ordering::Acquire) >= self.shared.max_queued_bytes
+    }
+
+    /// Wait until the queue is under its bound or the writer has stopped, or until `until`.
+    async fn room(&self, until: Option<tokio::time::Instant>) {
+        let drained = self.shared.drained.notified();
+        tokio::pin!(drained);
+        // Registered before the check, so a drain between the two is not missed.
+        drained.as_mut().enable();
+        if !self.is_full() || self.is_closed() {
+            return;
+        }
+        match until {
+            Some(until) => drop(tokio::time::timeout_at(until, drained).await),
+            None => drained.await,
+        }
+    }
+
+    /// Queue an outcome once the queue is under its bound. One that waited while the
+    /// client read nothing for the send timeout is dropped for a short failure, so a
+    /// client that does not read holds only short outcomes.
+    async fn push_outcome(&self, execution: u64, frame: OutcomeFrame) -> OutcomeKind {
+        let OutcomeFrame { message, length, kind } = frame;
+        let waiting_since = Instant::now();
+        loop {
+            if self.is_closed() {
+                return kind;
+            }
+            let admitted = self.shared.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+                (queued < self.shared.max_queued_bytes).then_some(queued + length)
+            });
+            if admitted.is_ok() {
+                let sent = encode_frame(&message, usize::MAX).map(|bytes| self.shared.queue.send(bytes));
+                drop(message);
+                if !matches!(sent, Some(Ok(()))) {
+                    self.shared.queued.fetch_sub(length, Ordering::AcqRel);
+                }
+                return kind;
+            }
+            let Some(limit) = self.shared.send_timeout else {
+                self.room(None).await;
+                continue;
+            };
+            let stalled_at = self.last(&self.shared.progress).max(waiting_since) + limit;
+            if Instant::now() >= stalled_at {
+                drop(message);
+                super::give_back_memory();
+                let text = texts::CLIENT_NOT_READING.fill(&[&limit.as_millis().to_string()]);
+                let outcome = Outcome::failure(OutcomeKind::Internal, text, Vec::new());
+                let _ = self.push(ServerMessage::Outcome { execution, outcome });
+                return OutcomeKind::Internal;
+            }
+            self.room(Some(tokio::time::Instant::from_std(stalled_at))).await;
+        }
+    }
+
+    /// `outcome` ready to queue; one longer than the bound becomes the `resultTooLarge`
+    /// outcome.
+    fn outcome_frame(&self, execution: u64, outcome: Outcome) -> OutcomeFrame {
+        let kind = outcome.kind();
+        let max = self.shared.max_frame_bytes;
+        let message = ServerMessage::Outcome { execution, outcome };
+        if let Some(length) = frame_length(&message, max) {
+            return OutcomeFrame { message, length, kind };
+        }
+        let logs = match &message {
+            ServerMessage::Outcome { outcome, .. } => outcome.logs(),
+            _ => &[],
+        };
+        let replacement =
+            ServerMessage::Outcome { execution, outcome: too_large_outcome(execution, logs, max) };
+        drop(message);
+        // The replacement fits any bound a daemon accepts; past a smaller one it goes
+        // anyway, as the only way the client learns how the run ended.
+        let length = frame_length(&replacement, usize::MAX).unwrap_or(0);
+        OutcomeFrame { message: replacement, length, kind: OutcomeKind::ResultTooLarge }
+    }
+
+    fn limit(&self) -> usize {
+        self.shared.max_frame_bytes
+    }
+
+    fn touch(&self) {
+        Shared::stamp(&self.shared.opened, &self.shared.activity);
+    }
+
+    fn last(&self, stamp: &AtomicU64) -> Instant {
+        self.shared.opened + Duration::from_millis(stamp.load(Ordering::Acquire))
+    }
+
+    fn last_activity(&self) -> Instant {
+        self.last(&self.shared.activity)
+    }
+
+    /// No more messages will be made: the writer sends what is queued and stops.
+    fn finish(&self) {
+        self.shared.finished.cancel();
+    }
+
+    /// The writer has stopped.
+    fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.drained.notify_waiters();
+    }
+}
+
+/// Records an execution whose outcome is not yet queued, while it lives.
+struct Unsent(Arc<Mutex<HashSet<u64>>>, u64);
+
+impl Unsent {
+    fn record(unsent: &Arc<Mutex<HashSet<u64>>>, execution: u64) -> Unsent {
+        lock(unsent).insert(execution);
+        Unsent(unsent.clone(), execution)
+    }
+}
+
+impl Drop for Unsent {
+    fn drop(&mut self) {
+        lock(&self.0).remove(&self.1);
+    }
+}
+
+impl Shared {
+    fn stamp(opened: &Instant, stamp: &AtomicU64) {
+        let now = u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        stamp.fetch_max(now, Ordering::AcqRel);
+    }
 }
 
 /// A program's calls, sent to the client and answered by it.
 struct WireDispatch {
     execution: u64,
     next_call: Arc<AtomicU64>,
-    out: mpsc::UnboundedSender<ServerMessage>,
+    out: Outgoing,
     waiting: Waiting,
 }
 
@@ -284,13 +687,17 @@ impl Dispatch for WireDispatch {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
         lock(&self.waiting).insert((self.execution, call), answer);
-        let sent = self.out.send(ServerMessage::Call { execution: self.execution, call, tool_call });
-        Box::pin(async move {
-            if sent.is_err() {
-                return error_envelope(texts::CONNECTION_CLOSED);
-            }
-            answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED))
-        })
+        let sent = self.out.push(ServerMessage::Call { execution: self.execution, call, tool_call });
+        let refused = match sent {
+            _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
+            Err(_) => Some(texts::CALL_TOO_LARGE.fill(&[&self.out.limit().to_string()])),
+            Ok(()) => None,
+        };
+        if let Some(text) = refused {
+            lock(&self.waiting).remove(&(self.execution, call));
+            return Box::pin(std::future::ready(error_envelope(&text)));
+        }
+        Box::pin(async move { answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED)) })
     }
 }
 
@@ -298,7 +705,7 @@ impl Dispatch for WireDispatch {
 struct WireOutbound {
     execution: u64,
     next_call: Arc<AtomicU64>,
-    out: mpsc::UnboundedSender<ServerMessage>,
+    out: Outgoing,
     waiting: FetchWaiting,
 }
 
@@ -308,11 +715,17 @@ impl Outbound for WireOutbound {
         let (answer, answered) = oneshot::channel();
         lock(&self.waiting).insert((self.execution, call), answer);
         let sent =
-            self.out.send(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
+            self.out.push(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
+        let refused = match sent {
+            _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
+            Err(_) => Some(texts::CALL_TOO_LARGE.fill(&[&self.out.limit().to_string()])),
+            Ok(()) => None,
+        };
+        if let Some(text) = refused {
+            lock(&self.waiting).remove(&(self.execution, call));
+            return Box::pin(std::future::ready(Err(text)));
+        }
         Box::pin(async move {
-            if sent.is_err() {
-                return Err(texts::CONNECTION_CLOSED.to_owned());
-            }
             match answered.await {
                 Ok(answer) => from_fetch_answer(answer),
                 Err(_) => Err(texts::CONNECTION_CLOSED.to_owned()),
