@@ -1,0 +1,202 @@
+//! What one tool call costs on each transport, beside the floor of that transport: a
+//! minimal two-process ping-pong of a JSON line of the same size, blocking, measured in
+//! the same run. Prints medians and ratios. `cargo bench --bench transport`.
+//!
+//! A call's cost is (a run of 200 sequential calls − a run of none) / 200, so the run's
+//! own cost cancels out.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use codemode_executor::{Executor, ExecutorConfig, Isolation, RemoteExecutor, WorkerCommand};
+
+const CALLS: usize = 200;
+const SAMPLES: usize = 25;
+
+/// A `call` frame as the daemon writes it, and an `answer` as the host writes it.
+const CALL_LINE: &str = r#"{"type":"call","execution":1,"call":17,"toolCall":{"provider":"store","tool":"one","argsJson":"[17]"}}"#;
+const ANSWER_LINE: &str = r#"{"type":"answer","execution":1,"call":17,"answer":"{\"result\":1}"}"#;
+
+fn main() {
+    // Re-executed as the far side of a floor measurement.
+    match std::env::var("CODEMODE_BENCH_ECHO").as_deref() {
+        Ok("pipe") => return echo(std::io::stdin().lock(), std::io::stdout().lock()),
+        Ok(path) if !path.is_empty() => {
+            let stream = UnixStream::connect(path).expect("the bench's socket");
+            return echo(BufReader::new(stream.try_clone().expect("a second handle")), stream);
+        }
+        _ => {}
+    }
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+
+    let pipe = per_round_trip(pipe_ping_pong);
+    let socket = per_round_trip(socket_ping_pong);
+
+    let (daemon, path) = serve();
+    let remote = rt.block_on(async {
+        for _ in 0..100 {
+            if let Ok(remote) = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await {
+                return remote;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the daemon did not start")
+    });
+    let over_socket = per_call(|n| {
+        let started = Instant::now();
+        rt.block_on(remote.execute(common::calls(n)));
+        started.elapsed()
+    });
+    drop(daemon);
+
+    let command =
+        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
+    let isolated = Executor::new(ExecutorConfig {
+        workers: 1,
+        isolation: Isolation::Process(command),
+        ..Default::default()
+    });
+    let isolation = per_call(|n| {
+        let started = Instant::now();
+        rt.block_on(isolated.execute(common::calls(n)));
+        started.elapsed()
+    });
+    let in_process = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let local = per_call(|n| {
+        let started = Instant::now();
+        rt.block_on(in_process.execute(common::calls(n)));
+        started.elapsed()
+    });
+
+    println!("one tool call, median of {SAMPLES} samples of {CALLS} calls:");
+    println!("  in-process                      {:>8.1} µs", micros(local));
+    println!(
+        "  over a Unix-socket daemon       {:>8.1} µs   floor {:>6.1} µs (socket ping-pong)   ratio {:.2}",
+        micros(over_socket),
+        micros(socket),
+        ratio(over_socket, socket)
+    );
+    println!(
+        "  under process isolation         {:>8.1} µs   floor {:>6.1} µs (pipe ping-pong)     ratio {:.2}",
+        micros(isolation),
+        micros(pipe),
+        ratio(isolation, pipe)
+    );
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn ratio(a: Duration, b: Duration) -> f64 {
+    a.as_secs_f64() / b.as_secs_f64()
+}
+
+fn median(mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
+/// The median cost of one round trip of `measure(n)`, which times `n` round trips.
+fn per_round_trip(measure: impl Fn(usize) -> Duration) -> Duration {
+    measure(CALLS); // warm up
+    median((0..SAMPLES).map(|_| measure(CALLS)).collect()) / CALLS as u32
+}
+
+/// The median cost of one call: runs of `CALLS` calls less runs of none, paired.
+fn per_call(run: impl Fn(usize) -> Duration) -> Duration {
+    run(CALLS);
+    run(0);
+    median((0..SAMPLES).map(|_| run(CALLS).saturating_sub(run(0))).collect()) / CALLS as u32
+}
+
+fn echo(mut input: impl BufRead, mut output: impl Write) {
+    let mut line = String::new();
+    while input.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+        // Answer as a host would: a line of the answer's size.
+        let _ = output.write_all(ANSWER_LINE.as_bytes());
+        let _ = output.write_all(b"\n");
+        let _ = output.flush();
+        line.clear();
+    }
+}
+
+fn far_side(mode: &str, stdio: bool) -> Child {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command.env("CODEMODE_BENCH_ECHO", mode);
+    if stdio {
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+    }
+    command.spawn().expect("the bench re-executes itself")
+}
+
+fn pipe_ping_pong(n: usize) -> Duration {
+    let mut child = far_side("pipe", true);
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let started = Instant::now();
+    for _ in 0..n {
+        to.write_all(CALL_LINE.as_bytes()).unwrap();
+        to.write_all(b"\n").unwrap();
+        to.flush().unwrap();
+        line.clear();
+        from.read_line(&mut line).unwrap();
+    }
+    let elapsed = started.elapsed();
+    drop(to);
+    let _ = child.wait();
+    elapsed
+}
+
+fn socket_ping_pong(n: usize) -> Duration {
+    let path = std::env::temp_dir().join(format!("codemode-bench-floor-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path).unwrap();
+    let mut child = far_side(path.to_str().unwrap(), false);
+    let (mut stream, _) = listener.accept().unwrap();
+    let mut from = BufReader::new(stream.try_clone().unwrap());
+    let mut line = String::new();
+    let started = Instant::now();
+    for _ in 0..n {
+        stream.write_all(CALL_LINE.as_bytes()).unwrap();
+        stream.write_all(b"\n").unwrap();
+        line.clear();
+        from.read_line(&mut line).unwrap();
+    }
+    let elapsed = started.elapsed();
+    // Both handles: the far side reads to the end of the stream, then exits.
+    drop((stream, from));
+    let _ = child.wait();
+    let _ = std::fs::remove_file(&path);
+    elapsed
+}
+
+/// `codemode serve` in a process of its own, as an operator runs it.
+struct Served(Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve() -> (Served, PathBuf) {
+    let path = std::env::temp_dir().join(format!("codemode-bench-daemon-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["serve", "--listen", &format!("unix:{}", path.display())])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("codemode serve");
+    (Served(child), path)
+}
