@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
   ci              cargo fmt --check, clippy with warnings denied, every test, the generated-file drift
-                  check, the conformance suite against the Node peer
+                  check, the conformance suite against the Node peer, the mcp feature's tests
   schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
                   conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
@@ -87,6 +87,31 @@ fn ci() -> Result<(), String> {
     cargo(&["test", "--workspace"])?;
     schema(true)?;
     node_peer()?;
+    eprintln!(
+        "xtask: the mcp feature: clippy, and its tests against the official MCP servers and TypeScript SDK"
+    );
+    cargo(&[
+        "clippy",
+        "-p",
+        "codemode-executor",
+        "--features",
+        "mcp",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&[
+        "test",
+        "-p",
+        "codemode-executor",
+        "--features",
+        "mcp",
+        "--test",
+        "mcp_upstream",
+        "--test",
+        "mcp_serve",
+    ])?;
     // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
     // and only where its prebuilt library is at hand.
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_none() {
