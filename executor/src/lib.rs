@@ -61,3 +61,8 @@ pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 #[doc = include_str!("../../docs/daemon.md")]
 #[doc = include_str!("../../README.md")]
 pub struct Guides;
+
+/// The examples of `docs/mcp.md`, compiled as doctests (they need live servers: not run).
+#[cfg(all(doctest, feature = "mcp"))]
+#[doc = include_str!("../../docs/mcp.md")]
+pub struct McpGuide;

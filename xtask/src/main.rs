@@ -112,6 +112,7 @@ fn ci() -> Result<(), String> {
         "--test",
         "mcp_serve",
     ])?;
+    cargo(&["test", "-p", "codemode-executor", "--features", "mcp", "--doc"])?;
     // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
     // and only where its prebuilt library is at hand.
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_none() {
