@@ -35,11 +35,45 @@ fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
     }
+    // `cargo bench --bench transport -- daemon` measures only that row (and its floor).
+    let only: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let wanted = |row: &str| only.is_empty() || only.iter().any(|o| o == row);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    println!("one tool call, median of {SAMPLES} samples of {CALLS} calls:");
 
-    let pipe = per_round_trip(pipe_ping_pong);
-    let socket = per_round_trip(socket_ping_pong);
+    if wanted("local") {
+        let in_process = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+        let local = per_call(|n| {
+            let started = Instant::now();
+            rt.block_on(in_process.execute(common::calls(n)));
+            started.elapsed()
+        });
+        println!("  in-process                      {:>8.1} µs", micros(local));
+    }
+    if wanted("daemon") {
+        let socket = per_round_trip(socket_ping_pong);
+        let over_socket = over_daemon(&rt);
+        println!(
+            "  over a Unix-socket daemon       {:>8.1} µs   floor {:>6.1} µs (socket ping-pong)   ratio {:.2}",
+            micros(over_socket),
+            micros(socket),
+            ratio(over_socket, socket)
+        );
+    }
+    if wanted("isolation") {
+        let pipe = per_round_trip(pipe_ping_pong);
+        let isolation = under_isolation(&rt);
+        println!(
+            "  under process isolation         {:>8.1} µs   floor {:>6.1} µs (pipe ping-pong)     ratio {:.2}",
+            micros(isolation),
+            micros(pipe),
+            ratio(isolation, pipe)
+        );
+    }
+}
 
+/// One call over `codemode serve` on a Unix socket.
+fn over_daemon(rt: &tokio::runtime::Runtime) -> Duration {
     let (daemon, path) = serve();
     let remote = rt.block_on(async {
         for _ in 0..100 {
@@ -56,7 +90,11 @@ fn main() {
         started.elapsed()
     });
     drop(daemon);
+    over_socket
+}
 
+/// One call under process isolation (a `codemode stdio` worker process).
+fn under_isolation(rt: &tokio::runtime::Runtime) -> Duration {
     let command =
         WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
@@ -64,32 +102,11 @@ fn main() {
         isolation: Isolation::Process(command),
         ..Default::default()
     });
-    let isolation = per_call(|n| {
+    per_call(|n| {
         let started = Instant::now();
         rt.block_on(isolated.execute(common::calls(n)));
         started.elapsed()
-    });
-    let in_process = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
-    let local = per_call(|n| {
-        let started = Instant::now();
-        rt.block_on(in_process.execute(common::calls(n)));
-        started.elapsed()
-    });
-
-    println!("one tool call, median of {SAMPLES} samples of {CALLS} calls:");
-    println!("  in-process                      {:>8.1} µs", micros(local));
-    println!(
-        "  over a Unix-socket daemon       {:>8.1} µs   floor {:>6.1} µs (socket ping-pong)   ratio {:.2}",
-        micros(over_socket),
-        micros(socket),
-        ratio(over_socket, socket)
-    );
-    println!(
-        "  under process isolation         {:>8.1} µs   floor {:>6.1} µs (pipe ping-pong)     ratio {:.2}",
-        micros(isolation),
-        micros(pipe),
-        ratio(isolation, pipe)
-    );
+    })
 }
 
 fn micros(d: Duration) -> f64 {
