@@ -1,5 +1,7 @@
 //! The host side of a call, run from the worker: the first poll happens at the moment the
-//! program makes the call; a call that is not ready at once finishes on the caller's runtime.
+//! program makes the call; a call that is not ready at once finishes on the caller's runtime,
+//! unless the wire claimed it ([`claim_call`]: a daemon or worker process delivers the
+//! answer it reads straight to the execution).
 //!
 //! Answering a ready call on the worker saves two thread hand-offs per call. A dispatch
 //! must therefore not block its first poll (do blocking work in `spawn_blocking`), as
@@ -58,8 +60,13 @@ impl Host {
 
     fn start(&self, id: u64, future: AnswerFuture, panicked: fn() -> CallAnswer) -> Option<CallAnswer> {
         let _context = self.runtime.enter();
-        match poll_once(future, panicked) {
+        let previous = STARTING.replace(Some(Claim { id, deliver: self.deliver.clone() }));
+        let polled = poll_once(future, panicked);
+        let claimed = STARTING.replace(previous).is_none();
+        match polled {
             Ok(answer) => Some(answer),
+            // The wire delivers the answer itself: nothing is left to poll.
+            Err(_) if claimed => None,
             Err(pending) => {
                 let deliver = self.deliver.clone();
                 self.runtime.spawn(async move { deliver(id, pending.await) });
@@ -67,6 +74,38 @@ impl Host {
             }
         }
     }
+}
+
+thread_local! {
+    /// The call whose dispatch is being polled for the first time on this thread.
+    static STARTING: std::cell::RefCell<Option<Claim>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The right to answer one call by delivering it to its execution's inbox directly.
+///
+/// A call that crosses a connection is answered by a frame the connection's reader
+/// reads. Handing that answer to a future that a task then polls costs two thread
+/// hand-offs (the reader wakes the task, the task wakes the execution); with the claim
+/// the reader delivers it itself, and the execution's thread is the only one woken.
+pub(crate) struct Claim {
+    id: u64,
+    deliver: Deliver,
+}
+
+impl Claim {
+    /// Deliver the call's answer; an answer for a call the execution no longer waits for
+    /// (ended, timed out, cancelled) has no effect.
+    pub(crate) fn answer(self, answer: CallAnswer) {
+        (self.deliver)(self.id, answer)
+    }
+}
+
+/// Claim the call whose dispatch (or outbound handler) is making its first poll on this
+/// thread, if there is one and nobody claimed it. A dispatch that claims promises that
+/// its future never becomes ready: the answer comes through the claim alone (a future
+/// that is ready anyway wins, and the claim's later answer has no effect).
+pub(crate) fn claim_call() -> Option<Claim> {
+    STARTING.with(|starting| starting.borrow_mut().take())
 }
 
 /// Start a call's answer where the call arrived, in arrival order: poll it once now (so

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use codemode_protocol::wire::{ClientMessage, FetchAnswer, Hello, ProtocolErrorKind, ServerMessage};
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, error_envelope, texts};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
+use tokio::sync::oneshot;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
@@ -32,7 +32,10 @@ use tokio_util::sync::CancellationToken;
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::request::Request;
-use crate::wire::{FrameError, FrameHead, FrameReader, encode_frame, too_large_outcome, write_message};
+use crate::wire::{
+    FrameError, FrameHead, FrameReader, FrameWriter, QuietStream, encode_frame, too_large_outcome,
+    write_message,
+};
 
 /// How long past a run's own timeout the client waits before it gives the run up.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
@@ -59,19 +62,21 @@ struct Pending {
     done: oneshot::Sender<Ended>,
 }
 
-/// Frames for the daemon, each checked against the bound before it is queued.
+/// Frames for the daemon, each checked against the bound before it is sent: written by
+/// the thread that makes it when nothing else waits (an answer, by the reader that read
+/// its call), queued otherwise.
 #[derive(Clone)]
 struct Outgoing {
-    queue: mpsc::UnboundedSender<Vec<u8>>,
+    writer: FrameWriter,
     max_frame_bytes: usize,
 }
 
 impl Outgoing {
-    /// Queue `message`; `false` when it is longer than the bound (nothing is sent).
+    /// Send `message`; `false` when it is longer than the bound (nothing is sent).
     fn send(&self, message: &ClientMessage) -> bool {
         match encode_frame(message, self.max_frame_bytes) {
             Some(frame) => {
-                let _ = self.queue.send(frame);
+                self.writer.send(frame);
                 true
             }
             None => false,
@@ -242,7 +247,7 @@ impl RemoteExecutor {
                 connection.pending().remove(&execution);
                 Ok(Ok(Ended::NotStarted))
             } else {
-                let _ = connection.out.queue.send(frame.clone());
+                connection.out.writer.send(frame.clone());
                 tokio::time::timeout_at(deadline, ended).await
             };
             let outcome = match ended {
@@ -352,6 +357,7 @@ impl Target {
                 Address::Unix(path) => {
                     let stream = tokio::net::UnixStream::connect(path)
                         .await
+                        .and_then(QuietStream::unix)
                         .map_err(|e| format!("cannot connect to {}: {e}", path.display()))?;
                     self.start(stream).await
                 }
@@ -407,28 +413,20 @@ impl Target {
             Ok(_) => return Err("the daemon closed the connection without a hello".to_owned()),
             Err(problem) => return Err(problem.to_string()),
         }
-        let (queue, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (writer, written) = FrameWriter::start(write);
         let connection = Arc::new(Connection {
-            out: Outgoing { queue, max_frame_bytes: self.max_frame_bytes },
+            out: Outgoing { writer, max_frame_bytes: self.max_frame_bytes },
             pending: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
         });
         let writer_connection = connection.clone();
         tokio::spawn(async move {
             let connection = writer_connection;
-            loop {
-                let frame = tokio::select! {
-                    frame = outgoing.recv() => frame,
-                    () = connection.closed.cancelled() => None,
-                };
-                let Some(frame) = frame else { break };
-                if write.write_all(&frame).await.is_err() {
-                    break;
-                }
-                if outgoing.is_empty() && write.flush().await.is_err() {
-                    break;
-                }
+            tokio::select! {
+                _ = written => {}
+                () = connection.closed.cancelled() => {}
             }
+            connection.out.writer.close();
             connection.close(|| Ended::Lost);
         });
         let reader_connection = connection.clone();

@@ -11,11 +11,20 @@
 pub(crate) mod process;
 pub mod server;
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
 use codemode_protocol::wire::{ProtocolErrorKind, ServerMessage};
 use codemode_protocol::{Outcome, OutcomeKind, texts};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Notify;
 
 /// The largest message read from the wire by default, so a peer cannot grow memory
 /// without bound.
@@ -86,6 +95,493 @@ pub(crate) fn frame_length<M: Serialize>(message: &M, max_bytes: usize) -> Optio
     let mut counted = Counted { length: 0, max: max_bytes };
     serde_json::to_writer(&mut counted, message).ok()?;
     Some(counted.length + 1)
+}
+
+/// Frames are written in pieces of at most this size, each one progress.
+const WRITE_PIECE: usize = 64 << 10;
+
+/// Writes frames to one stream in the order they are sent, from any thread.
+///
+/// A frame sent while nothing waits to be written is written at once by its sender, with
+/// one non-blocking write: no thread hand-off, which is most of what a frame costs (each
+/// wake of another thread is several microseconds, more than the write). The part a
+/// stream does not take at once, and every frame sent while others wait, goes to a queue
+/// that [`FrameWriter::start`]'s future writes. Every write happens under one lock, so
+/// frames never interleave; a sender only writes while the future waits for frames, so
+/// it never takes over a wake the future registered with the stream.
+///
+/// A sender that is not inside a Tokio runtime only queues: some streams (Tokio's stdout)
+/// need the runtime to write.
+#[derive(Clone)]
+pub(crate) struct FrameWriter {
+    shared: Arc<WriterShared>,
+}
+
+struct WriterShared {
+    state: Mutex<WriterState>,
+    /// Bytes sent and not yet written.
+    queued: AtomicUsize,
+    /// The writer has stopped (failed, finished, or dropped); frames sent now are dropped.
+    closed: AtomicBool,
+    /// Told whenever queued bytes were written, and when the writer stops.
+    drained: Notify,
+    opened: Instant,
+    /// Milliseconds from `opened` to the last bytes written.
+    progress: AtomicU64,
+    /// Milliseconds from `opened` to the last frame written whole.
+    written: AtomicU64,
+}
+
+struct WriterState {
+    output: Pin<Box<dyn AsyncWrite + Send>>,
+    /// Frames waiting, each with the bytes it counts in `queued`; the first may be part
+    /// written.
+    queue: VecDeque<(Vec<u8>, usize)>,
+    /// Bytes of the first frame already written.
+    at: usize,
+    unflushed: bool,
+    finishing: bool,
+    failed: bool,
+    /// The future's waker while it waits for frames.
+    idle: Option<Waker>,
+}
+
+impl WriterState {
+    /// Whether a sender may write now: nothing waits, and the future is not waiting on
+    /// the stream.
+    fn free(&self) -> bool {
+        self.queue.is_empty() && !self.unflushed && !self.finishing && !self.failed
+    }
+}
+
+impl FrameWriter {
+    /// A writer for `output`, and the future that writes what waits (run it as a task).
+    /// The future ends when the stream fails or, after [`FrameWriter::finish`], once
+    /// everything sent is written, flushed and the stream shut down.
+    pub(crate) fn start<W>(output: W) -> (FrameWriter, impl Future<Output = std::io::Result<()>> + Send)
+    where
+        W: AsyncWrite + Send + 'static,
+    {
+        let shared = Arc::new(WriterShared {
+            state: Mutex::new(WriterState {
+                output: Box::pin(output),
+                queue: VecDeque::new(),
+                at: 0,
+                unflushed: false,
+                finishing: false,
+                failed: false,
+                idle: None,
+            }),
+            queued: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            drained: Notify::new(),
+            opened: Instant::now(),
+            progress: AtomicU64::new(0),
+            written: AtomicU64::new(0),
+        });
+        let writer = FrameWriter { shared: shared.clone() };
+        let task = async move {
+            let _stopped = Stopped(shared.clone());
+            std::future::poll_fn(|cx| shared.poll_write_queue(cx)).await
+        };
+        (writer, task)
+    }
+
+    /// Write `frame` now if the stream takes it, or queue it. `false` when the writer
+    /// has stopped (the frame is dropped).
+    pub(crate) fn send(&self, frame: Vec<u8>) -> bool {
+        let counted = frame.len();
+        self.shared.queued.fetch_add(counted, Ordering::AcqRel);
+        self.send_counted(frame, counted)
+    }
+
+    /// [`FrameWriter::send`] for a frame whose `counted` bytes the caller already added
+    /// to [`FrameWriter::queued`] (admitting it against a bound).
+    pub(crate) fn send_counted(&self, frame: Vec<u8>, counted: usize) -> bool {
+        let shared = &self.shared;
+        let mut state = shared.lock();
+        if shared.closed.load(Ordering::Acquire) || state.failed {
+            drop(state);
+            shared.uncount(counted);
+            return false;
+        }
+        let mut at = 0;
+        if state.free() && tokio::runtime::Handle::try_current().is_ok() {
+            let mut cx = Context::from_waker(Waker::noop());
+            while at < frame.len() {
+                let piece = &frame[at..frame.len().min(at + WRITE_PIECE)];
+                match state.output.as_mut().poll_write(&mut cx, piece) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => {
+                        state.failed = true;
+                        break;
+                    }
+                    Poll::Ready(Ok(n)) => {
+                        at += n;
+                        shared.stamp(&shared.progress);
+                    }
+                    Poll::Pending => break,
+                }
+            }
+            if at == frame.len() && !state.failed {
+                match state.output.as_mut().poll_flush(&mut cx) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(_)) => state.failed = true,
+                    Poll::Pending => state.unflushed = true,
+                }
+                if !state.failed {
+                    let idle = if state.unflushed { state.idle.take() } else { None };
+                    drop(state);
+                    shared.stamp(&shared.written);
+                    shared.uncount(counted);
+                    if let Some(idle) = idle {
+                        idle.wake();
+                    }
+                    return true;
+                }
+            }
+            if state.failed {
+                // Stopped for senders now; the future sees the failure and ends.
+                shared.closed.store(true, Ordering::Release);
+                let idle = state.idle.take();
+                drop(state);
+                shared.queued.fetch_sub(counted, Ordering::AcqRel);
+                shared.drained.notify_waiters();
+                if let Some(idle) = idle {
+                    idle.wake();
+                }
+                return false;
+            }
+        }
+        state.queue.push_back((frame, counted));
+        if state.queue.len() == 1 {
+            state.at = at;
+        }
+        let idle = state.idle.take();
+        drop(state);
+        if let Some(idle) = idle {
+            idle.wake();
+        }
+        true
+    }
+
+    /// Bytes sent and not yet written.
+    pub(crate) fn queued(&self) -> &AtomicUsize {
+        &self.shared.queued
+    }
+
+    /// Whether the writer has stopped.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// A future told when queued bytes are written or the writer stops; create it before
+    /// checking, so a change between the check and the wait is not missed.
+    pub(crate) fn drained(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.drained.notified()
+    }
+
+    /// When bytes were last written (the writer's start if none were).
+    pub(crate) fn last_progress(&self) -> Instant {
+        self.shared.at(&self.shared.progress)
+    }
+
+    /// When a frame was last written whole (the writer's start if none was).
+    pub(crate) fn last_written(&self) -> Instant {
+        self.shared.at(&self.shared.written)
+    }
+
+    /// Nothing more will be sent: the future writes what waits, flushes, shuts the stream
+    /// down and ends.
+    pub(crate) fn finish(&self) {
+        let idle = {
+            let mut state = self.shared.lock();
+            state.finishing = true;
+            state.idle.take()
+        };
+        if let Some(idle) = idle {
+            idle.wake();
+        }
+    }
+
+    /// The writer has stopped (its future is gone): frames sent from now on are dropped.
+    pub(crate) fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.drained.notify_waiters();
+    }
+}
+
+impl WriterShared {
+    fn lock(&self) -> MutexGuard<'_, WriterState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn uncount(&self, counted: usize) {
+        if counted > 0 {
+            self.queued.fetch_sub(counted, Ordering::AcqRel);
+            self.drained.notify_waiters();
+        }
+    }
+
+    fn stamp(&self, stamp: &AtomicU64) {
+        let now = u64::try_from(self.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        stamp.fetch_max(now, Ordering::AcqRel);
+    }
+
+    fn at(&self, stamp: &AtomicU64) -> Instant {
+        self.opened + Duration::from_millis(stamp.load(Ordering::Acquire))
+    }
+
+    /// Write what waits; `Pending` when the stream is not ready or nothing waits.
+    fn poll_write_queue(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let mut state = self.lock();
+        let mut written = 0;
+        let polled = loop {
+            if state.failed {
+                break Poll::Ready(Err(std::io::Error::other("a write failed")));
+            }
+            let at = state.at;
+            if let Some((frame, counted)) = state.queue.front() {
+                let (length, counted) = (frame.len(), *counted);
+                let piece = at..length.min(at + WRITE_PIECE);
+                let WriterState { output, queue, .. } = &mut *state;
+                match output.as_mut().poll_write(cx, &queue[0].0[piece]) {
+                    Poll::Ready(Ok(0)) => break Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                    Poll::Ready(Ok(n)) => {
+                        self.stamp(&self.progress);
+                        state.at += n;
+                        if state.at == length {
+                            state.queue.pop_front();
+                            state.at = 0;
+                            state.unflushed = true;
+                            written += counted;
+                            self.stamp(&self.written);
+                        }
+                    }
+                    Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
+                    Poll::Pending => break Poll::Pending,
+                }
+                continue;
+            }
+            if state.unflushed {
+                match state.output.as_mut().poll_flush(cx) {
+                    Poll::Ready(Ok(())) => state.unflushed = false,
+                    Poll::Ready(Err(e)) => break Poll::Ready(Err(e)),
+                    Poll::Pending => break Poll::Pending,
+                }
+                continue;
+            }
+            if state.finishing {
+                break state.output.as_mut().poll_shutdown(cx);
+            }
+            state.idle = Some(cx.waker().clone());
+            break Poll::Pending;
+        };
+        if polled.is_ready() {
+            state.failed = true;
+        }
+        drop(state);
+        if written > 0 {
+            self.uncount(written);
+        }
+        polled
+    }
+}
+
+/// Marks the writer stopped when its future ends or is dropped.
+struct Stopped(Arc<WriterShared>);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let mut state = self.0.lock();
+        state.failed = true;
+        // The stream goes now (closing it, or its half), not when the last sender goes.
+        state.output = Box::pin(tokio::io::sink());
+        state.queue.clear();
+        drop(state);
+        self.0.closed.store(true, Ordering::Release);
+        self.0.drained.notify_waiters();
+    }
+}
+
+/// A Unix stream or a pair of pipes read and written directly, without the wakes Tokio's
+/// own types cost here.
+///
+/// Tokio watches a Unix stream for reading and for writing at once, and Linux signals a
+/// Unix stream writable each time its peer reads (the bytes read were charged to the
+/// writer's socket): a thread woken for nothing for every frame the other side reads,
+/// several microseconds each and sometimes in the way of the thread with work. This one
+/// watches for room only while a write waits for it. Tokio's stdin and stdout read and
+/// write on a blocking thread, two thread hand-offs per read or write; this one reads and
+/// writes the descriptors, made non-blocking, from the task (or thread) at hand.
+pub(crate) struct QuietStream {
+    /// The runtime it was made in, which watches it (a write may come from another).
+    runtime: tokio::runtime::Handle,
+    /// Watched for reading only.
+    input: Option<tokio::io::unix::AsyncFd<std::fs::File>>,
+    /// Written directly.
+    output: Option<std::fs::File>,
+    /// A copy of `output` watched for room, only while writes find none.
+    room: Option<tokio::io::unix::AsyncFd<std::fs::File>>,
+    /// Whether `output` is a socket (shut down for writing at the end; a pipe just closes).
+    socket: bool,
+    /// Status flags to put back on descriptors this process shares (stdin, stdout).
+    restore: Vec<(std::fs::File, libc::c_int)>,
+}
+
+impl QuietStream {
+    /// A Unix stream, both ways.
+    pub(crate) fn unix(stream: tokio::net::UnixStream) -> std::io::Result<QuietStream> {
+        let input = std::fs::File::from(std::os::fd::OwnedFd::from(stream.into_std()?));
+        let output = input.try_clone()?;
+        Ok(QuietStream {
+            runtime: tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?,
+            input: Some(watched(input, tokio::io::Interest::READABLE)?),
+            output: Some(output),
+            room: None,
+            socket: true,
+            restore: Vec::new(),
+        })
+    }
+
+    /// This process's stdin and stdout, when both are pipes or sockets (a terminal or a
+    /// file is shared with others and left as it is: `None`). Their flags are put back
+    /// when the streams are dropped.
+    pub(crate) fn stdio() -> Option<(QuietStream, QuietStream)> {
+        use std::os::fd::AsFd;
+        fn streamable(fd: std::os::fd::BorrowedFd<'_>) -> Option<(std::fs::File, bool)> {
+            let copy = std::fs::File::from(fd.try_clone_to_owned().ok()?);
+            let kind = copy.metadata().ok()?.file_type();
+            use std::os::unix::fs::FileTypeExt;
+            (kind.is_fifo() || kind.is_socket()).then_some((copy, kind.is_socket()))
+        }
+        /// `file` made non-blocking, and what puts its flags back.
+        fn non_blocking(file: &std::fs::File) -> Option<(std::fs::File, libc::c_int)> {
+            use std::os::fd::AsRawFd;
+            let copy = file.try_clone().ok()?;
+            // SAFETY: fcntl on a descriptor owned here, no pointers.
+            let flags = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_GETFL) };
+            // SAFETY: as above.
+            if flags < 0
+                || unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
+            {
+                return None;
+            }
+            Some((copy, flags))
+        }
+        let (input, _) = streamable(std::io::stdin().as_fd())?;
+        let (output, socket) = streamable(std::io::stdout().as_fd())?;
+        // Each made non-blocking is put back when its stream drops, an early return's too.
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        let mut reading = QuietStream {
+            runtime: runtime.clone(),
+            input: None,
+            output: None,
+            room: None,
+            socket: false,
+            restore: vec![non_blocking(&input)?],
+        };
+        let restore = vec![non_blocking(&output)?];
+        let writing = QuietStream { runtime, input: None, output: Some(output), room: None, socket, restore };
+        reading.input = Some(watched(input, tokio::io::Interest::READABLE).ok()?);
+        Some((reading, writing))
+    }
+}
+
+impl Drop for QuietStream {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        for (file, flags) in &self.restore {
+            // SAFETY: fcntl on a descriptor owned here, no pointers.
+            unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, *flags) };
+        }
+    }
+}
+
+/// `file` registered with the current runtime for `interest` only.
+fn watched(
+    file: std::fs::File,
+    interest: tokio::io::Interest,
+) -> std::io::Result<tokio::io::unix::AsyncFd<std::fs::File>> {
+    // SAFETY: a `File` owns its descriptor: it stays open, the same, and reports the
+    // same number until it is dropped with the `AsyncFd`.
+    Ok(unsafe { tokio::io::unix::AsyncFd::register_with_interest(file, interest) }?)
+}
+
+fn not_this_way() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::Unsupported, "this stream goes the other way")
+}
+
+impl tokio::io::AsyncRead for QuietStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        use std::io::Read;
+        let Some(input) = &self.input else { return Poll::Ready(Err(not_this_way())) };
+        loop {
+            let mut ready = std::task::ready!(input.poll_read_ready(cx))?;
+            let unfilled = buf.initialize_unfilled();
+            let wanted = unfilled.len();
+            match ready.try_io(|file| file.get_ref().read(unfilled)) {
+                Ok(Ok(n)) => {
+                    // A short read emptied it: the next read waits for more without first
+                    // trying (as Tokio's own streams do).
+                    if n > 0 && n < wanted {
+                        ready.clear_ready();
+                    }
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for QuietStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        use std::io::Write;
+        let this = self.get_mut();
+        let Some(output) = &this.output else { return Poll::Ready(Err(not_this_way())) };
+        loop {
+            match (&*output).write(buf) {
+                Ok(n) => {
+                    if n == buf.len() {
+                        this.room = None;
+                    }
+                    return Poll::Ready(Ok(n));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            let room = match &mut this.room {
+                Some(room) => room,
+                None => {
+                    let _runtime = this.runtime.enter();
+                    this.room.insert(watched(output.try_clone()?, tokio::io::Interest::WRITABLE)?)
+                }
+            };
+            // Cleared before the next try, so room made after it is not missed.
+            std::task::ready!(room.poll_write_ready(cx))?.clear_ready();
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        use std::os::fd::AsRawFd;
+        if let (Some(output), true) = (&self.output, self.socket) {
+            // SAFETY: shutdown on a descriptor owned here, no pointers.
+            if unsafe { libc::shutdown(output.as_raw_fd(), libc::SHUT_WR) } < 0 {
+                return Poll::Ready(Err(std::io::Error::last_os_error()));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// Why a frame could not be read.
@@ -330,6 +826,49 @@ mod tests {
         assert_eq!(encode_frame(&message, length - 1), None);
         assert_eq!(frame_length(&message, length), Some(length + 1));
         assert_eq!(frame_length(&message, length - 1), None);
+    }
+
+    /// Frames sent from several threads while the stream takes them at once, and while
+    /// it does not (a peer that reads late), arrive whole and each sender's in order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_arrive_whole_and_in_order_written_at_once_or_queued() {
+        use tokio::io::AsyncBufReadExt;
+        let (near, far) = tokio::net::UnixStream::pair().unwrap();
+        let (writer, written) = FrameWriter::start(QuietStream::unix(near).unwrap());
+        let task = tokio::spawn(written);
+        let senders: Vec<_> = (0..3u8)
+            .map(|sender| {
+                let (writer, runtime) = (writer.clone(), tokio::runtime::Handle::current());
+                std::thread::spawn(move || {
+                    let _runtime = runtime.enter();
+                    for n in 0..300 {
+                        // Some frames past a socket's buffer, so writes find no room.
+                        let size = if n % 50 == 0 { 300_000 } else { 20 };
+                        let mut frame = format!("{sender} {n} {}", "x".repeat(size)).into_bytes();
+                        frame.push(b'\n');
+                        assert!(writer.send(frame));
+                    }
+                })
+            })
+            .collect();
+        let mut lines = tokio::io::BufReader::new(far).lines();
+        let mut next = [0usize; 3];
+        for _ in 0..900 {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let mut words = line.split(' ');
+            let sender: usize = words.next().unwrap().parse().unwrap();
+            let n: usize = words.next().unwrap().parse().unwrap();
+            assert_eq!(n, next[sender], "sender {sender}'s frames in order");
+            assert_eq!(words.next().unwrap().len(), if n % 50 == 0 { 300_000 } else { 20 });
+            next[sender] += 1;
+        }
+        senders.into_iter().for_each(|sender| sender.join().unwrap());
+        assert_eq!(writer.queued().load(Ordering::Acquire), 0);
+        writer.finish();
+        task.await.unwrap().unwrap();
+        assert!(writer.is_closed());
+        assert!(lines.next_line().await.unwrap().is_none(), "finished: the stream is shut down");
+        assert!(!writer.send(b"late\n".to_vec()), "a stopped writer takes nothing");
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! pool (`codemode stdio`), spoken to over its stdin and stdout.
 //!
 //! The host's dispatch stays in this process; only the three strings of each call and
-//! its answer cross. A worker whose run ended with kind `timeout` is killed (its engine
+//! its answer cross. A call is answered by the task reading the worker's output, the
+//! moment it is read, and its answer written from there when the dispatch is ready at
+//! once: no other thread wakes for it. Each run has an execution id of its own. A worker whose run ended with kind `timeout` is killed (its engine
 //! may still be inside a native call) and replaced, as is one whose run ended `internal`;
 //! so is one that has not answered by the deadline plus [`KILL_GRACE`]. The decision reads
 //! the outcome's kind, never its text: a program can throw the timeout's text itself. A
@@ -12,17 +14,18 @@
 //! protocol mid-run, ends the run `internal`; no answer by the deadline plus the grace
 //! ends it `timeout`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Outcome, OutcomeKind, texts};
+use codemode_protocol::{Dispatch, Outcome, OutcomeKind, texts};
 use tokio::io::BufReader;
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdout, Command};
 use tokio::sync::mpsc;
 
-use super::{read_message, write_message};
+use super::{FrameWriter, encode_frame, read_message, write_message};
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
+use crate::outbound::Outbound;
 use crate::request::Request;
 
 /// How long past the deadline a worker process may take to answer before it is killed.
@@ -32,20 +35,79 @@ pub(crate) use crate::config::WorkerCommand;
 
 struct Worker {
     child: Child,
-    stdin: ChildStdin,
-    /// The worker's messages, read whole by a task of their own: a receive is
+    /// Its stdin: frames are written by whoever makes them (an answer, by the reader
+    /// that read its call), or queued for a task while the pipe is full.
+    input: FrameWriter,
+    /// The run it serves now, whose calls the reader answers as they arrive.
+    serving: Serving,
+    /// Its outcomes and its end, read whole by a task of their own: a receive is
     /// cancellation-safe where reading a line inside `select!` is not (a half-read line
     /// would be lost and the next read would see a torn frame).
     frames: mpsc::Receiver<Result<ServerMessage, String>>,
+    /// Each run has an id of its own, so an answer late for one run never meets the next.
+    next_execution: u64,
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Its stdin closes once what is queued is written: an idle worker process exits.
+        self.input.finish();
+    }
+}
+
+/// The execution a worker serves now, with the host's handlers for its calls.
+type Serving = Arc<Mutex<Option<(u64, Handlers)>>>;
+
+/// What answers one run's calls and fetches.
+#[derive(Clone, Default)]
+struct Handlers {
+    dispatch: Option<Arc<dyn Dispatch>>,
+    outbound: Option<Arc<dyn Outbound>>,
 }
 
 /// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
-fn read_frames(mut stdout: BufReader<ChildStdout>) -> mpsc::Receiver<Result<ServerMessage, String>> {
+/// Calls and fetches of the run being served are answered here, in the order they
+/// arrive, each answer written as soon as it is ready; the rest goes to the run.
+fn read_frames(
+    mut stdout: BufReader<ChildStdout>,
+    input: FrameWriter,
+    serving: Serving,
+) -> mpsc::Receiver<Result<ServerMessage, String>> {
     // A few frames of slack; past it the worker's writes wait, as a pipe's would.
     let (frames, received) = mpsc::channel(16);
+    let answer = move |message: ClientMessage| {
+        if let Some(frame) = encode_frame(&message, usize::MAX) {
+            input.send(frame);
+        }
+    };
     tokio::spawn(async move {
         loop {
             let frame = match read_message::<_, ServerMessage>(&mut stdout).await {
+                Ok(Some(ServerMessage::Call { execution, call, tool_call })) => {
+                    let dispatch = handlers(&serving, execution).dispatch;
+                    let Some(dispatch) = dispatch else { continue };
+                    let answer = answer.clone();
+                    answer_in_order(
+                        Box::pin(async move { dispatch.dispatch(tool_call).await }),
+                        dispatch_panicked,
+                        move |text| answer(ClientMessage::Answer { execution, call, answer: text }),
+                    );
+                    continue;
+                }
+                Ok(Some(ServerMessage::Fetch { execution, call, request })) => {
+                    let outbound = handlers(&serving, execution).outbound;
+                    let Some(outbound) = outbound else { continue };
+                    let answer = answer.clone();
+                    answer_in_order(
+                        Box::pin(async move { outbound.fetch(request.into()).await }),
+                        fetch_panicked,
+                        move |response| {
+                            let response = crate::outbound::to_fetch_answer(response);
+                            answer(ClientMessage::FetchAnswer { execution, call, answer: response });
+                        },
+                    );
+                    continue;
+                }
                 Ok(Some(message)) => Ok(message),
                 Ok(None) => Err("the worker process closed its output".to_owned()),
                 Err(problem) => Err(problem),
@@ -57,6 +119,23 @@ fn read_frames(mut stdout: BufReader<ChildStdout>) -> mpsc::Receiver<Result<Serv
         }
     });
     received
+}
+
+/// The handlers of `execution` if the worker serves it now.
+fn handlers(serving: &Serving, execution: u64) -> Handlers {
+    match &*serving.lock().unwrap_or_else(|p| p.into_inner()) {
+        Some((now, handlers)) if *now == execution => handlers.clone(),
+        _ => Handlers::default(),
+    }
+}
+
+/// Ends a worker's service of a run when the run ends, however it ends.
+struct Served<'a>(&'a Serving);
+
+impl Drop for Served<'_> {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
 }
 
 pub(crate) struct ProcessPool {
@@ -88,7 +167,13 @@ impl ProcessPool {
             .await
             .map_err(|e| e.to_string())?;
         match read_message::<_, ServerMessage>(&mut stdout).await? {
-            Some(ServerMessage::Hello(_)) => Ok(Worker { child, stdin, frames: read_frames(stdout) }),
+            Some(ServerMessage::Hello(_)) => {
+                let (input, written) = FrameWriter::start(stdin);
+                tokio::spawn(written);
+                let serving = Serving::default();
+                let frames = read_frames(stdout, input.clone(), serving.clone());
+                Ok(Worker { child, input, serving, frames, next_execution: 1 })
+            }
             other => Err(format!("the worker process did not answer the hello: {other:?}")),
         }
     }
@@ -135,47 +220,27 @@ impl ProcessPool {
     }
 }
 
-/// One execution on a worker process: serve its calls until the outcome arrives.
+/// One execution on a worker process: its calls are served as they arrive (by the
+/// reader), until the outcome arrives.
 async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> {
     let died = || texts::WORKER_PROCESS_DIED.to_owned();
-    let wire = request.to_wire();
-    write_message(&mut worker.stdin, &ClientMessage::Execute { execution: 1, request: wire })
-        .await
-        .map_err(|_| died())?;
-    let (answered, mut answers) = mpsc::unbounded_channel::<ClientMessage>();
+    let execution = worker.next_execution;
+    worker.next_execution += 1;
+    let handlers = Handlers { dispatch: request.dispatch.clone(), outbound: request.outbound.clone() };
+    *worker.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some((execution, handlers));
+    let _served = Served(&worker.serving);
+    let execute = ClientMessage::Execute { execution, request: request.to_wire() };
+    let sent = encode_frame(&execute, usize::MAX).is_some_and(|frame| worker.input.send(frame));
+    if !sent {
+        return Err(died());
+    }
     loop {
-        tokio::select! {
-            frame = worker.frames.recv() => match frame {
-                Some(Ok(ServerMessage::Call { call, tool_call, .. })) => {
-                    let Some(dispatch) = request.dispatch.clone() else { continue };
-                    let answered = answered.clone();
-                    answer_in_order(
-                        Box::pin(async move { dispatch.dispatch(tool_call).await }),
-                        dispatch_panicked,
-                        move |answer| drop(answered.send(ClientMessage::Answer { execution: 1, call, answer })),
-                    );
-                }
-                Some(Ok(ServerMessage::Fetch { call, request: fetch, .. })) => {
-                    let Some(outbound) = request.outbound.clone() else { continue };
-                    let answered = answered.clone();
-                    answer_in_order(
-                        Box::pin(async move { outbound.fetch(fetch.into()).await }),
-                        fetch_panicked,
-                        move |answer| {
-                            let answer = crate::outbound::to_fetch_answer(answer);
-                            drop(answered.send(ClientMessage::FetchAnswer { execution: 1, call, answer }));
-                        },
-                    );
-                }
-                Some(Ok(ServerMessage::Outcome { outcome, .. })) => return Ok(outcome),
-                Some(Ok(_)) => {}
-                Some(Err(_)) | None => return Err(died()),
-            },
-            Some(answer) = answers.recv() => {
-                write_message(&mut worker.stdin, &answer)
-                    .await
-                    .map_err(|_| died())?;
+        match worker.frames.recv().await {
+            Some(Ok(ServerMessage::Outcome { execution: ended, outcome })) if ended == execution => {
+                return Ok(outcome);
             }
+            Some(Ok(_)) => {}
+            Some(Err(_)) | None => return Err(died()),
         }
     }
 }

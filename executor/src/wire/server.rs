@@ -5,6 +5,11 @@
 //! Each call a program makes goes out as a `call` message and waits for the matching
 //! `answer`; an answer for an execution or call that does not exist has no effect.
 //!
+//! A call costs as few thread hand-offs as the arrangement allows: the execution's thread
+//! writes its `call` frame itself when nothing waits to be written (`FrameWriter`),
+//! and the connection's reader hands the `answer` straight to the execution's inbox
+//! (a claimed call), so the execution's thread is the only one woken.
+//!
 //! Outcomes pass through with the kind the executor gave them. The ones this layer makes:
 //! an execute beyond [`ServeOptions::max_executions`] ends `invalid` (refused before it
 //! ran), an execution the client cancels ends `internal` (not the program's doing), and
@@ -22,7 +27,7 @@
 //! ([`texts::CLIENT_NOT_READING`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -32,16 +37,59 @@ use codemode_protocol::wire::{
     ServerMessage,
 };
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope};
-use tokio::io::{AsyncBufRead, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::io::{AsyncBufRead, AsyncWrite};
+use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::{FrameError, FrameReader, encode_frame, frame_length, too_large_outcome, write_message};
+use super::{
+    FrameError, FrameReader, FrameWriter, QuietStream, encode_frame, frame_length, too_large_outcome,
+    write_message,
+};
+use crate::host::{CallAnswer, Claim, claim_call};
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::{Executor, Request, RetainedExecution};
 
-type Waiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<String>>>>;
-type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), oneshot::Sender<FetchAnswer>>>>;
+type Waiting = Arc<Mutex<HashMap<(u64, u64), Waiter<String>>>>;
+type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), Waiter<FetchAnswer>>>>;
+
+/// Who gets a call's answer when its frame arrives.
+enum Waiter<T> {
+    /// The execution itself: the reader delivers the answer to its inbox (the usual way).
+    Claimed(Claim),
+    /// A future awaiting it (a dispatch polled other than by an execution's first poll).
+    Future(oneshot::Sender<T>),
+}
+
+impl Waiter<String> {
+    fn answer(self, answer: String) {
+        match self {
+            Waiter::Claimed(claim) => claim.answer(CallAnswer::Tool(answer)),
+            Waiter::Future(sender) => drop(sender.send(answer)),
+        }
+    }
+
+    /// The connection is gone: the call fails (a future learns it from its closed channel).
+    fn abandon(self) {
+        if let Waiter::Claimed(claim) = self {
+            claim.answer(CallAnswer::Tool(error_envelope(texts::CONNECTION_CLOSED)));
+        }
+    }
+}
+
+impl Waiter<FetchAnswer> {
+    fn answer(self, answer: FetchAnswer) {
+        match self {
+            Waiter::Claimed(claim) => claim.answer(CallAnswer::Fetch(from_fetch_answer(answer))),
+            Waiter::Future(sender) => drop(sender.send(answer)),
+        }
+    }
+
+    fn abandon(self) {
+        if let Waiter::Claimed(claim) = self {
+            claim.answer(CallAnswer::Fetch(Err(texts::CONNECTION_CLOSED.to_owned())));
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -146,9 +194,15 @@ pub enum ServeEvent {
 /// with no deadline on the hello, no idle close and no send timeout: for stdio, where the
 /// peer is the parent process (a pooled worker process waits idle for as long as its pool
 /// keeps it).
+///
+/// Handed Tokio's own stdin (in a `BufReader` that has read nothing yet) and stdout, as
+/// `codemode stdio` does, and both are pipes or sockets, it reads and writes the two
+/// descriptors itself, non-blocking, instead: Tokio's stdio does each read and write on a
+/// blocking thread, which costs two thread hand-offs per frame each way (their flags are
+/// put back when it returns). Anything else it serves as given.
 pub async fn serve<R, W>(executor: Executor, input: R, output: W) -> Result<(), String>
 where
-    R: AsyncBufRead + Unpin,
+    R: AsyncBufRead + Unpin + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let options = ServeOptions {
@@ -157,7 +211,21 @@ where
         send_timeout: None,
         ..ServeOptions::default()
     };
+    if is_tokio_stdio(&input, &output) {
+        if let Some((reading, writing)) = QuietStream::stdio() {
+            drop((input, output));
+            return serve_with(executor, tokio::io::BufReader::new(reading), writing, options).await;
+        }
+    }
     serve_with(executor, input, output, options).await
+}
+
+/// Whether `input` and `output` are Tokio's stdin, unread, and stdout.
+fn is_tokio_stdio<R: 'static, W: 'static>(input: &R, output: &W) -> bool {
+    use std::any::Any;
+    let input = (input as &dyn Any).downcast_ref::<tokio::io::BufReader<tokio::io::Stdin>>();
+    let output = (output as &dyn Any).downcast_ref::<tokio::io::Stdout>();
+    input.is_some_and(|input| input.buffer().is_empty()) && output.is_some()
 }
 
 /// Whether `given` is `expected`, in time that does not depend on where they differ.
@@ -323,14 +391,9 @@ where
                     waiting: fetch_waiting.clone(),
                 });
                 let request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
-                let (executor, out, running_map, retained_map, waiting_map, unsent_ids) = (
-                    executor.clone(),
-                    out.clone(),
-                    running.clone(),
-                    retained.clone(),
-                    waiting.clone(),
-                    unsent.clone(),
-                );
+                let (executor, out, running_map, retained_map, unsent_ids) =
+                    (executor.clone(), out.clone(), running.clone(), retained.clone(), unsent.clone());
+                let (waiting_map, fetch_waiting_map) = (waiting.clone(), fetch_waiting.clone());
                 let on_event = options.on_event.clone();
                 if let Some(tell) = &on_event {
                     tell(ServeEvent::Started { execution });
@@ -350,6 +413,7 @@ where
                         executor.execute(request).await
                     };
                     lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
+                    lock(&fetch_waiting_map).retain(|(owner, _), _| *owner != execution);
                     let frame = out.outcome_frame(execution, outcome);
                     // Counted live until its outcome is queued, so a client that does not
                     // read holds its executions' places; no longer cancellable, so a
@@ -371,18 +435,22 @@ where
                 let _ = recorded.send(());
             }
             ClientMessage::Answer { execution, call, answer } => {
-                if let Some(waiter) = lock(&waiting).remove(&(execution, call)) {
-                    let _ = waiter.send(answer);
+                let waiter = lock(&waiting).remove(&(execution, call));
+                if let Some(waiter) = waiter {
+                    waiter.answer(answer);
                 }
             }
             ClientMessage::FetchAnswer { execution, call, answer } => {
-                if let Some(waiter) = lock(&fetch_waiting).remove(&(execution, call)) {
-                    let _ = waiter.send(answer);
+                let waiter = lock(&fetch_waiting).remove(&(execution, call));
+                if let Some(waiter) = waiter {
+                    waiter.answer(answer);
                 }
             }
             ClientMessage::Cancel { execution } => {
                 if let Some(task) = lock(&running).remove(&execution) {
                     task.abort();
+                    lock(&waiting).retain(|(owner, _), _| *owner != execution);
+                    lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
                     if let Some(tell) = &options.on_event {
                         tell(ServeEvent::Ended {
                             execution,
@@ -404,8 +472,10 @@ where
         task.abort();
     }
     lock(&retained).clear();
-    lock(&waiting).clear();
-    lock(&fetch_waiting).clear();
+    let abandoned: Vec<_> = lock(&waiting).drain().map(|(_, waiter)| waiter).collect();
+    abandoned.into_iter().for_each(Waiter::<String>::abandon);
+    let abandoned: Vec<_> = lock(&fetch_waiting).drain().map(|(_, waiter)| waiter).collect();
+    abandoned.into_iter().for_each(Waiter::<FetchAnswer>::abandon);
     // What is queued (an error frame) goes out if the client reads it within the grace.
     out.finish();
     if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
@@ -432,125 +502,77 @@ struct OutcomeFrame {
     kind: OutcomeKind,
 }
 
-/// Frames are written in pieces of this size, each one progress for the send timeout.
-const WRITE_PIECE: usize = 64 << 10;
-
 /// The messages waiting for one client, and the bound on their bytes.
 ///
-/// Calls, fetches and this layer's own messages are queued at once, so they leave in the
-/// order they were made (a program's calls in program order); each is bounded by its
-/// execution's own limits or by what the reader read. An outcome waits for the queue to
-/// be under its bound, and the reader reads nothing while it is not: so a client that
-/// does not read holds the bound, the executions it started, and small outcomes.
+/// Calls, fetches and this layer's own messages are sent at once, so they leave in the
+/// order they were made (a program's calls in program order): written by the thread that
+/// made them when nothing waits (a call, by its execution's thread), queued otherwise;
+/// each is bounded by its execution's own limits or by what the reader read. An outcome
+/// waits for the queue to be under its bound, and the reader reads nothing while it is
+/// not: so a client that does not read holds the bound, the executions it started, and
+/// small outcomes.
 #[derive(Clone)]
 struct Outgoing {
     shared: Arc<Shared>,
 }
 
 struct Shared {
-    queue: mpsc::UnboundedSender<Vec<u8>>,
-    queued: AtomicUsize,
-    drained: Notify,
-    closed: AtomicBool,
-    finished: tokio_util::sync::CancellationToken,
+    writer: FrameWriter,
     max_frame_bytes: usize,
     max_queued_bytes: usize,
     send_timeout: Option<Duration>,
     opened: Instant,
-    /// Milliseconds from `opened` to the last message either way.
+    /// Milliseconds from `opened` to the last message read.
     activity: AtomicU64,
-    /// Milliseconds from `opened` to the last piece written.
-    progress: AtomicU64,
 }
 
 impl Outgoing {
-    /// The queue, and the task writing it (the server's hello first).
-    fn start<W>(mut output: W, options: &ServeOptions) -> (Outgoing, JoinHandle<()>)
+    /// The queue, and the task writing what waits in it (the server's hello first).
+    fn start<W>(output: W, options: &ServeOptions) -> (Outgoing, JoinHandle<()>)
     where
-        W: AsyncWrite + Unpin + Send + 'static,
+        W: AsyncWrite + Send + 'static,
     {
-        let (queue, mut queued) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (writer, written) = FrameWriter::start(output);
+        if let Some(hello) = encode_frame(&ServerMessage::Hello(Hello::current()), usize::MAX) {
+            writer.send(hello);
+        }
         let shared = Arc::new(Shared {
-            queue,
-            queued: AtomicUsize::new(0),
-            drained: Notify::new(),
-            closed: AtomicBool::new(false),
-            finished: tokio_util::sync::CancellationToken::new(),
+            writer,
             max_frame_bytes: options.max_frame_bytes,
             max_queued_bytes: options.max_queued_bytes.max(1),
             send_timeout: options.send_timeout,
             opened: Instant::now(),
             activity: AtomicU64::new(0),
-            progress: AtomicU64::new(0),
         });
-        let out = Outgoing { shared: shared.clone() };
         let writer = tokio::spawn(async move {
-            let written = async {
-                write_message(&mut output, &ServerMessage::Hello(Hello::current())).await?;
-                loop {
-                    let frame = tokio::select! {
-                        biased;
-                        frame = queued.recv() => frame,
-                        () = shared.finished.cancelled() => queued.try_recv().ok(),
-                    };
-                    let Some(frame) = frame else { break };
-                    Shared::stamp(&shared.opened, &shared.progress);
-                    for piece in frame.chunks(WRITE_PIECE) {
-                        output.write_all(piece).await?;
-                        Shared::stamp(&shared.opened, &shared.progress);
-                    }
-                    if queued.is_empty() {
-                        output.flush().await?;
-                    }
-                    shared.queued.fetch_sub(frame.len(), Ordering::AcqRel);
-                    drop(frame);
-                    Shared::stamp(&shared.opened, &shared.activity);
-                    shared.drained.notify_waiters();
-                }
-                output.flush().await?;
-                output.shutdown().await
-            };
             let _ = written.await;
-            shared.closed.store(true, Ordering::Release);
-            shared.drained.notify_waiters();
         });
-        (out, writer)
+        (Outgoing { shared }, writer)
     }
 
-    /// Queue `message` now; `Err` gives it back when it is longer than the frame bound.
+    /// Send `message` now; `Err` gives it back when it is longer than the frame bound.
     fn push(&self, message: ServerMessage) -> Result<(), ServerMessage> {
         match encode_frame(&message, self.shared.max_frame_bytes) {
             Some(frame) => {
-                self.push_frame(frame);
+                self.shared.writer.send(frame);
                 Ok(())
             }
             None => Err(message),
         }
     }
 
-    fn push_frame(&self, frame: Vec<u8>) {
-        if self.is_closed() {
-            return;
-        }
-        let length = frame.len();
-        self.shared.queued.fetch_add(length, Ordering::AcqRel);
-        if self.shared.queue.send(frame).is_err() {
-            self.shared.queued.fetch_sub(length, Ordering::AcqRel);
-        }
-    }
-
     fn is_closed(&self) -> bool {
-        self.shared.closed.load(Ordering::Acquire)
+        self.shared.writer.is_closed()
     }
 
     /// Whether the queue holds its bound of bytes or more.
     fn is_full(&self) -> bool {
-        self.shared.queued.load(Ordering::Acquire) >= self.shared.max_queued_bytes
+        self.shared.writer.queued().load(Ordering::Acquire) >= self.shared.max_queued_bytes
     }
 
     /// Wait until the queue is under its bound or the writer has stopped, or until `until`.
     async fn room(&self, until: Option<tokio::time::Instant>) {
-        let drained = self.shared.drained.notified();
+        let drained = self.shared.writer.drained();
         tokio::pin!(drained);
         // Registered before the check, so a drain between the two is not missed.
         drained.as_mut().enable();
@@ -573,14 +595,14 @@ impl Outgoing {
             if self.is_closed() {
                 return kind;
             }
-            let admitted = self.shared.queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+            let queued = self.shared.writer.queued();
+            let admitted = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
                 (queued < self.shared.max_queued_bytes).then_some(queued + length)
             });
             if admitted.is_ok() {
-                let sent = encode_frame(&message, usize::MAX).map(|bytes| self.shared.queue.send(bytes));
-                drop(message);
-                if !matches!(sent, Some(Ok(()))) {
-                    self.shared.queued.fetch_sub(length, Ordering::AcqRel);
+                match encode_frame(&message, usize::MAX) {
+                    Some(bytes) => drop(self.shared.writer.send_counted(bytes, length)),
+                    None => drop(queued.fetch_sub(length, Ordering::AcqRel)),
                 }
                 return kind;
             }
@@ -588,7 +610,7 @@ impl Outgoing {
                 self.room(None).await;
                 continue;
             };
-            let stalled_at = self.last(&self.shared.progress).max(waiting_since) + limit;
+            let stalled_at = self.shared.writer.last_progress().max(waiting_since) + limit;
             if Instant::now() >= stalled_at {
                 drop(message);
                 super::give_back_memory();
@@ -631,23 +653,20 @@ impl Outgoing {
         Shared::stamp(&self.shared.opened, &self.shared.activity);
     }
 
-    fn last(&self, stamp: &AtomicU64) -> Instant {
-        self.shared.opened + Duration::from_millis(stamp.load(Ordering::Acquire))
-    }
-
+    /// The last message either way: read, or written whole.
     fn last_activity(&self) -> Instant {
-        self.last(&self.shared.activity)
+        let read = self.shared.opened + Duration::from_millis(self.shared.activity.load(Ordering::Acquire));
+        read.max(self.shared.writer.last_written())
     }
 
     /// No more messages will be made: the writer sends what is queued and stops.
     fn finish(&self) {
-        self.shared.finished.cancel();
+        self.shared.writer.finish();
     }
 
     /// The writer has stopped.
     fn close(&self) {
-        self.shared.closed.store(true, Ordering::Release);
-        self.shared.drained.notify_waiters();
+        self.shared.writer.close();
     }
 }
 
@@ -685,8 +704,15 @@ struct WireDispatch {
 impl Dispatch for WireDispatch {
     fn dispatch(&self, tool_call: ToolCall) -> codemode_protocol::DispatchFuture {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let (answer, answered) = oneshot::channel();
-        lock(&self.waiting).insert((self.execution, call), answer);
+        // Waiting before the call leaves: its answer may come back before `push` returns.
+        let (waiter, answered) = match claim_call() {
+            Some(claim) => (Waiter::Claimed(claim), None),
+            None => {
+                let (answer, answered) = oneshot::channel();
+                (Waiter::Future(answer), Some(answered))
+            }
+        };
+        lock(&self.waiting).insert((self.execution, call), waiter);
         let sent = self.out.push(ServerMessage::Call { execution: self.execution, call, tool_call });
         let refused = match sent {
             _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
@@ -697,7 +723,13 @@ impl Dispatch for WireDispatch {
             lock(&self.waiting).remove(&(self.execution, call));
             return Box::pin(std::future::ready(error_envelope(&text)));
         }
-        Box::pin(async move { answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED)) })
+        match answered {
+            // The reader delivers the answer to the execution itself.
+            None => Box::pin(std::future::pending()),
+            Some(answered) => Box::pin(async move {
+                answered.await.unwrap_or_else(|_| error_envelope(texts::CONNECTION_CLOSED))
+            }),
+        }
     }
 }
 
@@ -712,8 +744,14 @@ struct WireOutbound {
 impl Outbound for WireOutbound {
     fn fetch(&self, request: OutboundRequest) -> OutboundFuture {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let (answer, answered) = oneshot::channel();
-        lock(&self.waiting).insert((self.execution, call), answer);
+        let (waiter, answered) = match claim_call() {
+            Some(claim) => (Waiter::Claimed(claim), None),
+            None => {
+                let (answer, answered) = oneshot::channel();
+                (Waiter::Future(answer), Some(answered))
+            }
+        };
+        lock(&self.waiting).insert((self.execution, call), waiter);
         let sent =
             self.out.push(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
         let refused = match sent {
@@ -725,11 +763,14 @@ impl Outbound for WireOutbound {
             lock(&self.waiting).remove(&(self.execution, call));
             return Box::pin(std::future::ready(Err(text)));
         }
-        Box::pin(async move {
-            match answered.await {
-                Ok(answer) => from_fetch_answer(answer),
-                Err(_) => Err(texts::CONNECTION_CLOSED.to_owned()),
-            }
-        })
+        match answered {
+            None => Box::pin(std::future::pending()),
+            Some(answered) => Box::pin(async move {
+                match answered.await {
+                    Ok(answer) => from_fetch_answer(answer),
+                    Err(_) => Err(texts::CONNECTION_CLOSED.to_owned()),
+                }
+            }),
+        }
     }
 }
