@@ -2,6 +2,12 @@
 //! minimal two-process ping-pong of a JSON line of the same size, blocking, measured in
 //! the same run. Prints medians and ratios. `cargo bench --bench transport`.
 //!
+//! A second floor has the shape of a call's path: the answer is read by a thread of its
+//! own and handed over a channel to the thread that wrote the question, as the daemon's
+//! reader hands an answer to the execution's thread. The first floor is what the bytes
+//! cost; the second is what the arrangement of threads costs, before any of this crate's
+//! code runs.
+//!
 //! A call's cost is (a run of 200 sequential calls − a run of none) / 200, so the run's
 //! own cost cancels out.
 
@@ -51,7 +57,8 @@ fn main() {
         println!("  in-process                      {:>8.1} µs", micros(local));
     }
     if wanted("daemon") {
-        let socket = per_round_trip(socket_ping_pong);
+        let socket = per_round_trip(|n| socket_ping_pong(n, false));
+        let relayed = per_round_trip(|n| socket_ping_pong(n, true));
         let over_socket = over_daemon(&rt);
         println!(
             "  over a Unix-socket daemon       {:>8.1} µs   floor {:>6.1} µs (socket ping-pong)   ratio {:.2}",
@@ -59,15 +66,26 @@ fn main() {
             micros(socket),
             ratio(over_socket, socket)
         );
+        println!(
+            "                                              {:>6.1} µs (with a hand-off)      ratio {:.2}",
+            micros(relayed),
+            ratio(over_socket, relayed)
+        );
     }
     if wanted("isolation") {
-        let pipe = per_round_trip(pipe_ping_pong);
+        let pipe = per_round_trip(|n| pipe_ping_pong(n, false));
+        let relayed = per_round_trip(|n| pipe_ping_pong(n, true));
         let isolation = under_isolation(&rt);
         println!(
             "  under process isolation         {:>8.1} µs   floor {:>6.1} µs (pipe ping-pong)     ratio {:.2}",
             micros(isolation),
             micros(pipe),
             ratio(isolation, pipe)
+        );
+        println!(
+            "                                              {:>6.1} µs (with a hand-off)      ratio {:.2}",
+            micros(relayed),
+            ratio(isolation, relayed)
         );
     }
 }
@@ -155,43 +173,72 @@ fn far_side(mode: &str, stdio: bool) -> Child {
     command.spawn().expect("the bench re-executes itself")
 }
 
-fn pipe_ping_pong(n: usize) -> Duration {
-    let mut child = far_side("pipe", true);
-    let mut to = child.stdin.take().unwrap();
-    let mut from = BufReader::new(child.stdout.take().unwrap());
+/// `n` round trips: a line written to `to`, its answer read from `from`. With `relay`, a
+/// thread of its own reads the answers and hands each over a channel to the writing
+/// thread. `end` tells the far side there is no more.
+fn round_trips<W: Write>(
+    n: usize,
+    mut to: W,
+    mut from: impl BufRead + Send + 'static,
+    relay: bool,
+    end: impl FnOnce(W),
+) -> Duration {
     let mut line = String::new();
-    let started = Instant::now();
-    for _ in 0..n {
+    let ask = |to: &mut W| {
         to.write_all(CALL_LINE.as_bytes()).unwrap();
         to.write_all(b"\n").unwrap();
         to.flush().unwrap();
-        line.clear();
-        from.read_line(&mut line).unwrap();
+    };
+    if !relay {
+        let started = Instant::now();
+        for _ in 0..n {
+            ask(&mut to);
+            line.clear();
+            from.read_line(&mut line).unwrap();
+        }
+        let elapsed = started.elapsed();
+        end(to);
+        return elapsed;
+    }
+    let (answered, answers) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        while from.read_line(&mut line).map(|n| n > 0).unwrap_or(false) {
+            line.clear();
+            if answered.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let started = Instant::now();
+    for _ in 0..n {
+        ask(&mut to);
+        answers.recv().unwrap();
     }
     let elapsed = started.elapsed();
-    drop(to);
+    end(to);
+    let _ = reader.join();
+    elapsed
+}
+
+fn pipe_ping_pong(n: usize, relay: bool) -> Duration {
+    let mut child = far_side("pipe", true);
+    let to = child.stdin.take().unwrap();
+    let from = BufReader::new(child.stdout.take().unwrap());
+    let elapsed = round_trips(n, to, from, relay, drop);
     let _ = child.wait();
     elapsed
 }
 
-fn socket_ping_pong(n: usize) -> Duration {
+fn socket_ping_pong(n: usize, relay: bool) -> Duration {
     let path = std::env::temp_dir().join(format!("codemode-bench-floor-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
     let mut child = far_side(path.to_str().unwrap(), false);
-    let (mut stream, _) = listener.accept().unwrap();
-    let mut from = BufReader::new(stream.try_clone().unwrap());
-    let mut line = String::new();
-    let started = Instant::now();
-    for _ in 0..n {
-        stream.write_all(CALL_LINE.as_bytes()).unwrap();
-        stream.write_all(b"\n").unwrap();
-        line.clear();
-        from.read_line(&mut line).unwrap();
-    }
-    let elapsed = started.elapsed();
-    // Both handles: the far side reads to the end of the stream, then exits.
-    drop((stream, from));
+    let (stream, _) = listener.accept().unwrap();
+    let from = BufReader::new(stream.try_clone().unwrap());
+    // The far side reads to the end of the stream, then exits.
+    let end = |stream: UnixStream| drop(stream.shutdown(std::net::Shutdown::Write));
+    let elapsed = round_trips(n, stream, from, relay, end);
     let _ = child.wait();
     let _ = std::fs::remove_file(&path);
     elapsed
