@@ -304,7 +304,7 @@ impl Served {
         };
         let mut child = tokio::process::Command::new(codemode)
             .args(&args)
-            .arg("--json-logs")
+            .args(["--log-format", "json"])
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())

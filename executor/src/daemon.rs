@@ -19,6 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tracing::Instrument;
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
@@ -94,8 +95,6 @@ pub struct DaemonConfig {
     /// The largest frame read or written, its JSON without the newline; at least
     /// [`MIN_FRAME_BYTES`]. Default [`crate::wire::MAX_FRAME_BYTES`] (64 MiB).
     pub max_frame_bytes: usize,
-    /// Log JSON lines instead of text lines (stderr).
-    pub json_logs: bool,
 }
 
 impl DaemonConfig {
@@ -107,7 +106,6 @@ impl DaemonConfig {
             tls: None,
             max_executions: server::MAX_EXECUTIONS,
             max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
-            json_logs: false,
         }
     }
 }
@@ -257,8 +255,7 @@ impl Daemon {
     pub async fn serve(self, executor: Executor) -> Result<(), String> {
         let connections = AtomicU64::new(0);
         let open = Arc::new(AtomicUsize::new(0));
-        let log = Arc::new(Log { json: self.config.json_logs });
-        log.line("listening", &[("address", self.address.to_string())]);
+        tracing::info!(address = %self.address, "listening");
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = match &self.listener {
@@ -278,10 +275,7 @@ impl Daemon {
                 Err(problem) => {
                     // Out of file descriptors, a connection reset before it was accepted:
                     // the listener stays, and a pause lets connections end and free them.
-                    log.line(
-                        "accept failed",
-                        &[("error", problem.to_string()), ("retry_ms", backoff.as_millis().to_string())],
-                    );
+                    tracing::warn!(error = %problem, retry_ms = backoff.as_millis() as u64, "accept failed");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
                     continue;
@@ -291,10 +285,7 @@ impl Daemon {
             let Some(slot) = Slot::take(&open, self.limits.max_connections) else {
                 let reason = texts::DAEMON_BUSY.fill(&[&self.limits.max_connections.to_string()]);
                 stream.refuse_at_once(&reason);
-                log.line(
-                    "refused",
-                    &[("connection", connection.to_string()), ("peer", peer), ("reason", reason)],
-                );
+                tracing::warn!(connection, peer, reason, "refused");
                 continue;
             };
             let deadline = tokio::time::Instant::now() + self.limits.hello_timeout;
@@ -307,19 +298,19 @@ impl Daemon {
                 idle_timeout: Some(self.limits.idle_timeout),
                 max_queued_bytes: self.limits.max_queued_bytes,
                 send_timeout: Some(self.limits.send_timeout),
-                on_event: Some(log.events(connection)),
+                on_event: Some(execution_events(connection)),
             };
-            let (executor, log) = (executor.clone(), log.clone());
+            let executor = executor.clone();
             let tls = match &self.listener {
                 Listener::Tcp(_, Some(acceptor)) => Some(acceptor.clone()),
                 _ => None,
             };
             match (stream, tls) {
                 (Accepted::Unix(stream), _) => {
-                    spawn_connection(executor, stream, options, log, connection, peer, slot)
+                    spawn_connection(executor, stream, options, connection, peer, slot)
                 }
                 (Accepted::Tcp(stream, _), None) => {
-                    spawn_connection(executor, stream, options, log, connection, peer, slot)
+                    spawn_connection(executor, stream, options, connection, peer, slot)
                 }
                 (Accepted::Tcp(stream, peer), Some(acceptor)) => {
                     tokio::spawn(async move {
@@ -329,14 +320,12 @@ impl Daemon {
                                 let left = deadline.saturating_duration_since(tokio::time::Instant::now());
                                 let options = ServeOptions { hello_timeout: Some(left), ..options };
                                 let peer = tls_peer(peer);
-                                return spawn_connection(
-                                    executor, stream, options, log, connection, peer, slot,
-                                );
+                                return spawn_connection(executor, stream, options, connection, peer, slot);
                             }
                             Ok(Err(e)) => format!("TLS: {e}"),
                             Err(_) => "TLS: no handshake before the hello's deadline".to_owned(),
                         };
-                        log.line("refused", &[("connection", connection.to_string()), ("reason", refused)]);
+                        tracing::warn!(connection, reason = refused, "refused");
                     });
                 }
             }
@@ -398,24 +387,43 @@ fn spawn_connection<S>(
     executor: Executor,
     stream: S,
     options: ServeOptions,
-    log: Arc<Log>,
     connection: u64,
     peer: String,
     slot: Slot,
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    tokio::spawn(async move {
-        let _slot = slot;
-        log.line("connection opened", &[("connection", connection.to_string()), ("peer", peer)]);
-        let (read, write) = tokio::io::split(stream);
-        let ended = serve_with(executor, BufReader::new(read), write, options).await;
-        let mut fields = vec![("connection", connection.to_string())];
-        if let Err(problem) = ended {
-            fields.push(("error", problem));
+    let span = tracing::info_span!("connection", id = connection, peer);
+    tokio::spawn(
+        async move {
+            let _slot = slot;
+            tracing::info!("connection opened");
+            let (read, write) = tokio::io::split(stream);
+            match serve_with(executor, BufReader::new(read), write, options).await {
+                Ok(()) => tracing::info!("connection closed"),
+                Err(problem) => tracing::info!(error = problem, "connection closed"),
+            }
         }
-        log.line("connection closed", &fields);
-    });
+        .instrument(span),
+    );
+}
+
+/// An execution's start and end as events of its connection's span (never its code,
+/// arguments or results).
+fn execution_events(connection: u64) -> Arc<dyn Fn(ServeEvent) + Send + Sync> {
+    let span = tracing::info_span!("connection", id = connection);
+    Arc::new(move |event| {
+        let _entered = span.enter();
+        match event {
+            ServeEvent::Started { execution } => tracing::info!(execution, "execution started"),
+            ServeEvent::Ended { execution, duration, outcome } => tracing::info!(
+                execution,
+                duration_ms = duration.as_secs_f64() * 1000.0,
+                outcome,
+                "execution ended"
+            ),
+        }
+    })
 }
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
@@ -447,44 +455,4 @@ fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
             .with_single_cert(certs, key)
             .map_err(|e| format!("the certificate and key do not make a TLS configuration: {e}"))?;
     Ok(TlsAcceptor::from(Arc::new(config)))
-}
-
-/// One line per connection and per execution, to stderr.
-struct Log {
-    json: bool,
-}
-
-impl Log {
-    fn line(&self, event: &str, fields: &[(&str, String)]) {
-        if self.json {
-            let mut object = serde_json::Map::new();
-            object.insert("event".to_owned(), event.into());
-            for (key, value) in fields {
-                object.insert((*key).to_owned(), value.clone().into());
-            }
-            eprintln!("{}", serde_json::Value::Object(object));
-        } else {
-            let rest: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            eprintln!("codemode serve: {event} {}", rest.join(" "));
-        }
-    }
-
-    fn events(self: &Arc<Log>, connection: u64) -> Arc<dyn Fn(ServeEvent) + Send + Sync> {
-        let log = self.clone();
-        Arc::new(move |event| match event {
-            ServeEvent::Started { execution } => log.line(
-                "execution started",
-                &[("connection", connection.to_string()), ("execution", execution.to_string())],
-            ),
-            ServeEvent::Ended { execution, duration, outcome } => log.line(
-                "execution ended",
-                &[
-                    ("connection", connection.to_string()),
-                    ("execution", execution.to_string()),
-                    ("duration_ms", format!("{:.1}", duration.as_secs_f64() * 1000.0)),
-                    ("outcome", outcome.to_owned()),
-                ],
-            ),
-        })
-    }
 }

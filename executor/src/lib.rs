@@ -41,6 +41,7 @@ mod pool;
 mod remote;
 mod request;
 mod runtime;
+mod serve_config;
 pub mod toolbox;
 mod watchdog;
 pub mod wire;
@@ -52,6 +53,9 @@ pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, Retained
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;
 pub use request::Request;
+pub use serve_config::{
+    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, ServeConfig,
+};
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.

@@ -490,7 +490,7 @@ async fn out_of_file_descriptors_the_daemon_backs_off_and_serves_again() {
         held.push(tokio::net::UnixStream::connect(&path).await.unwrap());
     }
     let waited = Instant::now();
-    let failed = "codemode serve: accept failed error=Too many open files (os error 24) retry_ms=";
+    let failed = " WARN accept failed error=Too many open files (os error 24) retry_ms=";
     while !daemon.log.lock().unwrap().contains(failed) {
         assert!(
             waited.elapsed() < Duration::from_secs(5),
@@ -726,7 +726,7 @@ async fn a_client_that_does_not_read_slows_only_itself_and_its_memory_goes_with_
     // It leaves: what the daemon held for it goes.
     drop(silent);
     let left = Instant::now();
-    while !daemon.log.lock().unwrap().contains("connection closed connection=3") {
+    while !daemon.log.lock().unwrap().contains(r#"INFO connection{id=3 peer="unix"}: connection closed"#) {
         assert!(left.elapsed() < Duration::from_secs(3), "the daemon did not see the client go");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

@@ -7,6 +7,7 @@ mod db;
 mod fixture;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod serve;
 mod spec;
 
 use std::path::{Path, PathBuf};
@@ -14,7 +15,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use codemode_executor::daemon::{Daemon, DaemonConfig, TlsFiles};
 use codemode_executor::{
     EngineKind, Executor, ExecutorConfig, Isolation, Provider, Request, Toolbox, WorkerCommand,
 };
@@ -79,31 +79,7 @@ enum Command {
         engine: EngineArg,
     },
     /// Serve the executor as a daemon: every call travels back over the connection.
-    Serve {
-        /// unix:/path/to.sock, or tcp:HOST:PORT (plain TCP only on a loopback address).
-        #[arg(long, value_name = "ADDRESS")]
-        listen: String,
-        /// A file holding the token every client must present (required on TCP).
-        #[arg(long, value_name = "FILE")]
-        token_file: Option<PathBuf>,
-        /// The TLS certificate chain (PEM), for TCP.
-        #[arg(long, value_name = "FILE", requires = "tls_key")]
-        tls_cert: Option<PathBuf>,
-        /// The TLS private key (PEM), for TCP.
-        #[arg(long, value_name = "FILE", requires = "tls_cert")]
-        tls_key: Option<PathBuf>,
-        /// Executions live at once per connection.
-        #[arg(long, value_name = "N", default_value_t = 1024)]
-        max_executions: usize,
-        /// The largest frame read from a client.
-        #[arg(long, value_name = "N", default_value_t = codemode_executor::wire::MAX_FRAME_BYTES)]
-        max_frame_bytes: usize,
-        /// Log JSON lines instead of text lines.
-        #[arg(long)]
-        json_logs: bool,
-        #[command(flatten)]
-        engine: EngineArg,
-    },
+    Serve(Box<serve::ServeArgs>),
     /// Serve code mode to any MCP client: one tool, `execute`, whose description declares
     /// the providers (from --db, --spec and upstream MCP servers), over stdio or
     /// streamable HTTP.
@@ -161,41 +137,10 @@ fn main() -> ExitCode {
     match cli.command {
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => mcp::mcp(args),
-        Command::Serve {
-            listen,
-            token_file,
-            tls_cert,
-            tls_key,
-            max_executions,
-            max_frame_bytes,
-            json_logs,
-            engine,
-        } => {
-            let engine = match engine.kind() {
-                Ok(engine) => engine,
-                Err(problem) => return usage_error(problem),
-            };
-            let token = match token_file.map(|path| {
-                std::fs::read_to_string(&path)
-                    .map(|t| t.trim().to_owned())
-                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))
-            }) {
-                None => None,
-                Some(Ok(token)) if !token.is_empty() => Some(token),
-                Some(Ok(_)) => return usage_error("the token file is empty; put the token in it".to_owned()),
-                Some(Err(problem)) => return usage_error(problem),
-            };
-            let listen = match listen.parse() {
-                Ok(address) => address,
-                Err(problem) => return usage_error(problem),
-            };
-            let tls = tls_cert.zip(tls_key).map(|(cert, key)| TlsFiles { cert, key });
-            let config = DaemonConfig { listen, token, tls, max_executions, max_frame_bytes, json_logs };
-            match serve(config, engine) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(problem) => usage_error(problem),
-            }
-        }
+        Command::Serve(args) => match serve::serve(*args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(problem) => usage_error(problem),
+        },
         Command::Stdio { engine } => match engine.kind() {
             Err(problem) => usage_error(problem),
             Ok(engine) => match stdio(engine) {
@@ -233,17 +178,6 @@ fn main() -> ExitCode {
 fn usage_error(problem: String) -> ExitCode {
     eprintln!("codemode: {problem}");
     ExitCode::from(2)
-}
-
-fn serve(config: DaemonConfig, engine: EngineKind) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
-        let daemon = Daemon::bind(config).await?;
-        daemon.serve(Executor::new(self::config(engine))).await
-    })
 }
 
 fn stdio(engine: EngineKind) -> Result<(), String> {

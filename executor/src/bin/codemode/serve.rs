@@ -1,0 +1,176 @@
+//! `codemode serve`: the daemon, configured by a TOML file and flags (flags win), logging
+//! through tracing as text or JSON lines on stderr.
+
+use std::path::PathBuf;
+
+use codemode_executor::daemon::Daemon;
+use codemode_executor::{
+    ConnectionsSection, Executor, ExecutorSection, IsolationKind, LimitsSection, LogFormat, ServeConfig,
+};
+
+/// The flags of `codemode serve`; each overrides the config file's field of the same name.
+#[derive(clap::Args)]
+#[command(after_help = "Every flag may also be set in the --config file (TOML); a flag wins over the file.
+
+Example config file:
+  listen = \"unix:/run/codemode/codemode.sock\"
+  log_format = \"json\"
+  [executor]
+  workers = 4
+  isolation = \"process\"
+  [limits]
+  timeout_ms = 30000
+  [ceilings]
+  memory_limit_bytes = 268435456
+  [connections]
+  max_connections = 256
+  idle_timeout_ms = 300000")]
+pub(crate) struct ServeArgs {
+    /// A TOML file with any of the settings below (see docs/daemon.md).
+    #[arg(long, value_name = "FILE.toml")]
+    config: Option<PathBuf>,
+    /// unix:/path/to.sock, or tcp:HOST:PORT (plain TCP only on a loopback address).
+    #[arg(long, value_name = "ADDRESS")]
+    listen: Option<String>,
+    /// A file holding the token every client must present (required on TCP).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// The TLS certificate chain (PEM), for TCP.
+    #[arg(long, value_name = "FILE")]
+    tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM), for TCP.
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<PathBuf>,
+    /// Log lines on stderr: text (default) or json.
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
+    log_format: Option<String>,
+    /// The JavaScript engine: quickjs (default), or v8 in a build with the `v8` feature.
+    #[arg(long, value_name = "NAME")]
+    engine: Option<String>,
+    /// Execution threads (or worker processes) kept ready; default the machine's parallelism.
+    #[arg(long, value_name = "N")]
+    workers: Option<usize>,
+    /// in-process (default), or process: each execution in a worker process killed on overrun.
+    #[arg(long, value_name = "WHERE", value_parser = ["in-process", "process"])]
+    isolation: Option<String>,
+    /// An execution's wall-clock limit unless its request asks otherwise [default: 30000].
+    #[arg(long, value_name = "MS")]
+    timeout_ms: Option<u64>,
+    /// An execution's memory limit unless its request asks otherwise [default: 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    memory_limit_bytes: Option<usize>,
+    /// The longest wall-clock limit a request may ask for [default: 900000].
+    #[arg(long, value_name = "MS")]
+    max_timeout_ms: Option<u64>,
+    /// The largest memory limit a request may ask for [default: 4 GiB].
+    #[arg(long, value_name = "BYTES")]
+    max_memory_limit_bytes: Option<usize>,
+    /// Connections open at once [default: 256].
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Executions live at once per connection [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_executions: Option<usize>,
+    /// The largest frame either way [default: 64 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_frame_bytes: Option<usize>,
+    /// The largest hello, all a client may send before it is authenticated [default: 4096].
+    #[arg(long, value_name = "BYTES")]
+    max_hello_bytes: Option<usize>,
+    /// From accept to a complete hello [default: 5000].
+    #[arg(long, value_name = "MS")]
+    hello_timeout_ms: Option<u64>,
+    /// A connection with nothing live and no message either way is closed [default: 300000].
+    #[arg(long, value_name = "MS")]
+    idle_timeout_ms: Option<u64>,
+    /// Bytes queued for a client that does not read before its connection pauses [default: 4 MiB].
+    #[arg(long, value_name = "BYTES")]
+    max_queued_bytes: Option<usize>,
+    /// How long an outcome waits for a client that reads nothing [default: 10000].
+    #[arg(long, value_name = "MS")]
+    send_timeout_ms: Option<u64>,
+}
+
+impl ServeArgs {
+    /// The flags as a configuration of their own, to lay over the file's.
+    fn as_config(&self) -> ServeConfig {
+        ServeConfig {
+            listen: self.listen.clone(),
+            token_file: self.token_file.clone(),
+            tls_cert: self.tls_cert.clone(),
+            tls_key: self.tls_key.clone(),
+            log_format: self
+                .log_format
+                .as_deref()
+                .map(|f| if f == "json" { LogFormat::Json } else { LogFormat::Text }),
+            executor: ExecutorSection {
+                workers: self.workers,
+                engine: self.engine.clone(),
+                isolation: self
+                    .isolation
+                    .as_deref()
+                    .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess }),
+            },
+            limits: LimitsSection {
+                timeout_ms: self.timeout_ms,
+                memory_limit_bytes: self.memory_limit_bytes,
+                ..LimitsSection::default()
+            },
+            ceilings: LimitsSection {
+                timeout_ms: self.max_timeout_ms,
+                memory_limit_bytes: self.max_memory_limit_bytes,
+                ..LimitsSection::default()
+            },
+            connections: ConnectionsSection {
+                max_connections: self.max_connections,
+                max_executions: self.max_executions,
+                max_frame_bytes: self.max_frame_bytes,
+                max_hello_bytes: self.max_hello_bytes,
+                hello_timeout_ms: self.hello_timeout_ms,
+                idle_timeout_ms: self.idle_timeout_ms,
+                max_queued_bytes: self.max_queued_bytes,
+                send_timeout_ms: self.send_timeout_ms,
+            },
+        }
+    }
+}
+
+/// Read the configuration, start logging, and serve until the process ends.
+pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
+    let file = match &args.config {
+        None => ServeConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
+            ServeConfig::from_toml(&text).map_err(|e| format!("the config file {}: {e}", path.display()))?
+        }
+    };
+    let config = file.overridden_by(&args.as_config());
+    let worker = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+    let executor_config = config.executor_config(worker)?;
+    let daemon_config = config.daemon_config()?;
+    let limits = config.daemon_limits();
+    start_logging(config.log_format.unwrap_or_default());
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async {
+        let daemon = Daemon::bind_with(daemon_config, limits).await?;
+        daemon.serve(Executor::new(executor_config)).await
+    })
+}
+
+/// Events at INFO and above to stderr, as text (`INFO connection{id=1}: execution ended …`)
+/// or one JSON object per line.
+fn start_logging(format: LogFormat) {
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
+}

@@ -1,0 +1,281 @@
+//! `ServeConfig`: everything an operator sets on a daemon, as one `Deserialize` type read
+//! from a TOML file (`codemode serve --config FILE`) and overridden by flags.
+//!
+//! Every field is optional; an absent one keeps its documented default. Durations are
+//! written in milliseconds, sizes in bytes.
+//!
+//! ```toml
+//! listen = "unix:/run/codemode/codemode.sock"
+//! log_format = "json"
+//!
+//! [executor]
+//! workers = 4
+//! engine = "quickjs"
+//! isolation = "process"
+//!
+//! [limits]          # what a request runs with unless it asks otherwise
+//! timeout_ms = 30000
+//! memory_limit_bytes = 67108864
+//!
+//! [ceilings]        # the most a request may ask for
+//! timeout_ms = 120000
+//! memory_limit_bytes = 268435456
+//!
+//! [connections]
+//! max_connections = 256
+//! max_executions = 64
+//! hello_timeout_ms = 5000
+//! idle_timeout_ms = 300000
+//! ```
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
+
+/// A daemon's configuration as an operator writes it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    /// `unix:/path/to.sock` or `tcp:HOST:PORT`.
+    pub listen: Option<String>,
+    /// A file holding the token every client must present (required on TCP).
+    pub token_file: Option<PathBuf>,
+    /// The TLS certificate chain (PEM), for TCP.
+    pub tls_cert: Option<PathBuf>,
+    /// The TLS private key (PEM), for TCP.
+    pub tls_key: Option<PathBuf>,
+    /// How the daemon logs to stderr: text lines (the default) or JSON lines.
+    pub log_format: Option<LogFormat>,
+    /// How executions run.
+    #[serde(default)]
+    pub executor: ExecutorSection,
+    /// What a request runs with unless it asks otherwise.
+    #[serde(default)]
+    pub limits: LimitsSection,
+    /// The most a request may ask for.
+    #[serde(default)]
+    pub ceilings: LimitsSection,
+    /// What a client may hold.
+    #[serde(default)]
+    pub connections: ConnectionsSection,
+}
+
+/// How a daemon logs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Where executions run: `isolation = "in-process" | "process"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum IsolationKind {
+    /// Each execution on a thread of the daemon.
+    #[default]
+    InProcess,
+    /// Each execution in a `codemode stdio` worker process, killed on overrun.
+    Process,
+}
+
+/// `[executor]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecutorSection {
+    /// Execution threads (or worker processes) kept ready; default the machine's parallelism.
+    pub workers: Option<usize>,
+    /// `quickjs`, or `v8` in a build with the feature.
+    pub engine: Option<String>,
+    /// `in-process` (default) or `process`.
+    pub isolation: Option<IsolationKind>,
+}
+
+/// `[limits]` and `[ceilings]`: each limit of an execution.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Wall-clock limit.
+    pub timeout_ms: Option<u64>,
+    /// The engine's memory.
+    pub memory_limit_bytes: Option<usize>,
+    /// The engine's stack.
+    pub stack_limit_bytes: Option<usize>,
+    /// One call's provider + tool + argsJson.
+    pub max_payload_bytes: Option<usize>,
+    /// The result in the codec's JSON.
+    pub max_result_bytes: Option<usize>,
+    /// All log lines together.
+    pub max_log_bytes: Option<usize>,
+    /// Calls awaiting an answer at once.
+    pub max_calls_in_flight: Option<usize>,
+}
+
+/// `[connections]`: what one client may hold, and how long.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectionsSection {
+    /// Connections open at once.
+    pub max_connections: Option<usize>,
+    /// Executions live at once per connection.
+    pub max_executions: Option<usize>,
+    /// The largest frame either way.
+    pub max_frame_bytes: Option<usize>,
+    /// The largest hello.
+    pub max_hello_bytes: Option<usize>,
+    /// From accept to a complete hello.
+    pub hello_timeout_ms: Option<u64>,
+    /// No message either way and nothing live, then the connection closes.
+    pub idle_timeout_ms: Option<u64>,
+    /// Bytes queued for a client that does not read, before its connection pauses.
+    pub max_queued_bytes: Option<usize>,
+    /// How long an outcome waits for a client that reads nothing.
+    pub send_timeout_ms: Option<u64>,
+}
+
+/// Each field of `$over` that is set replaces the one of `$base`.
+macro_rules! overlay {
+    ($base:expr, $over:expr, [$($field:ident),* $(,)?]) => {
+        $( if $over.$field.is_some() { $base.$field = $over.$field.clone(); } )*
+    };
+}
+
+impl ServeConfig {
+    /// Read a TOML text; the error names the line and the key.
+    #[cfg(feature = "cli")]
+    pub fn from_toml(text: &str) -> Result<ServeConfig, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// This configuration with every field `flags` sets taking its place.
+    pub fn overridden_by(mut self, flags: &ServeConfig) -> ServeConfig {
+        overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format]);
+        overlay!(self.executor, flags.executor, [workers, engine, isolation]);
+        for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
+            overlay!(
+                base,
+                over,
+                [
+                    timeout_ms,
+                    memory_limit_bytes,
+                    stack_limit_bytes,
+                    max_payload_bytes,
+                    max_result_bytes,
+                    max_log_bytes,
+                    max_calls_in_flight
+                ]
+            );
+        }
+        overlay!(
+            self.connections,
+            flags.connections,
+            [
+                max_connections,
+                max_executions,
+                max_frame_bytes,
+                max_hello_bytes,
+                hello_timeout_ms,
+                idle_timeout_ms,
+                max_queued_bytes,
+                send_timeout_ms
+            ]
+        );
+        self
+    }
+
+    /// The executor it describes. `worker` is the program process isolation starts (with
+    /// `stdio --engine <engine>`), usually this binary. The defaults must lie within the
+    /// ceilings, each within its minimum.
+    pub fn executor_config(&self, worker: PathBuf) -> Result<ExecutorConfig, String> {
+        let mut config = ExecutorConfig::default();
+        if let Some(workers) = self.executor.workers {
+            if workers == 0 {
+                return Err("[executor] workers must be at least 1".to_owned());
+            }
+            config.workers = workers;
+        }
+        if let Some(engine) = &self.executor.engine {
+            config.engine = engine.parse::<EngineKind>()?;
+        }
+        if self.executor.isolation == Some(IsolationKind::Process) {
+            let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
+            config.isolation = Isolation::Process(WorkerCommand { program: worker, args });
+        }
+        config.limits = self.limits.over(config.limits);
+        config.ceilings = self.ceilings.over(config.ceilings);
+        // An operator may raise a ceiling past the default; each still meets its minimum.
+        config.ceilings.check(&config.ceilings).map_err(|e| format!("[ceilings]: {e}"))?;
+        config.limits.check(&config.ceilings).map_err(|e| format!("[limits]: {e}"))?;
+        Ok(config)
+    }
+
+    /// The daemon it describes: where it listens, with the token read from its file.
+    pub fn daemon_config(&self) -> Result<DaemonConfig, String> {
+        let listen: Address = self
+            .listen
+            .as_deref()
+            .ok_or("say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)")?
+            .parse()?;
+        let token = match &self.token_file {
+            None => None,
+            Some(path) => {
+                let token = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+                let token = token.trim().to_owned();
+                if token.is_empty() {
+                    return Err(format!("the token file {} is empty; put the token in it", path.display()));
+                }
+                Some(token)
+            }
+        };
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
+            (None, None) => None,
+            _ => return Err("TLS needs both a certificate and a key (tls_cert and tls_key)".to_owned()),
+        };
+        let mut config = DaemonConfig { token, tls, ..DaemonConfig::new(listen) };
+        if let Some(n) = self.connections.max_executions {
+            config.max_executions = n;
+        }
+        if let Some(n) = self.connections.max_frame_bytes {
+            config.max_frame_bytes = n;
+        }
+        Ok(config)
+    }
+
+    /// The bounds a daemon holds its clients to.
+    pub fn daemon_limits(&self) -> DaemonLimits {
+        let c = &self.connections;
+        let ms = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
+        let defaults = DaemonLimits::default();
+        DaemonLimits {
+            max_connections: c.max_connections.unwrap_or(defaults.max_connections),
+            max_hello_bytes: c.max_hello_bytes.unwrap_or(defaults.max_hello_bytes),
+            hello_timeout: ms(c.hello_timeout_ms, defaults.hello_timeout),
+            idle_timeout: ms(c.idle_timeout_ms, defaults.idle_timeout),
+            max_queued_bytes: c.max_queued_bytes.unwrap_or(defaults.max_queued_bytes),
+            send_timeout: ms(c.send_timeout_ms, defaults.send_timeout),
+        }
+    }
+}
+
+impl LimitsSection {
+    fn over(&self, base: Limits) -> Limits {
+        Limits {
+            timeout: self.timeout_ms.map_or(base.timeout, Duration::from_millis),
+            memory_limit_bytes: self.memory_limit_bytes.unwrap_or(base.memory_limit_bytes),
+            stack_limit_bytes: self.stack_limit_bytes.unwrap_or(base.stack_limit_bytes),
+            max_payload_bytes: self.max_payload_bytes.unwrap_or(base.max_payload_bytes),
+            max_result_bytes: self.max_result_bytes.unwrap_or(base.max_result_bytes),
+            max_log_bytes: self.max_log_bytes.unwrap_or(base.max_log_bytes),
+            max_calls_in_flight: self.max_calls_in_flight.unwrap_or(base.max_calls_in_flight),
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! `codemode serve`'s configuration: the TOML file, flags over it, what each section sets,
+//! what is refused, and the log lines as text or JSON.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use codemode_executor::{
+    EngineKind, Isolation, IsolationKind, Limits, LogFormat, RemoteExecutor, Request, ServeConfig,
+};
+
+const FILE: &str = r#"
+listen = "unix:/tmp/codemode.sock"
+log_format = "json"
+
+[executor]
+workers = 3
+isolation = "process"
+
+[limits]
+timeout_ms = 2000
+memory_limit_bytes = 33554432
+
+[ceilings]
+timeout_ms = 5000
+memory_limit_bytes = 134217728
+
+[connections]
+max_connections = 10
+hello_timeout_ms = 1500
+idle_timeout_ms = 60000
+"#;
+
+#[test]
+fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
+    let config = ServeConfig::from_toml(FILE).unwrap();
+    assert_eq!(config.log_format, Some(LogFormat::Json));
+    assert_eq!(config.executor.isolation, Some(IsolationKind::Process));
+    let executor = config.executor_config("/usr/bin/codemode".into()).unwrap();
+    assert_eq!(executor.workers, 3);
+    assert_eq!(executor.engine, EngineKind::QuickJs);
+    match &executor.isolation {
+        Isolation::Process(command) => {
+            assert_eq!(command.program, std::path::Path::new("/usr/bin/codemode"));
+            assert_eq!(command.args, ["stdio", "--engine", "quickjs"]);
+        }
+        other => panic!("isolation {other:?}"),
+    }
+    assert_eq!(executor.limits.timeout, Duration::from_secs(2));
+    assert_eq!(executor.limits.memory_limit_bytes, 32 << 20);
+    assert_eq!(executor.limits.max_log_bytes, Limits::default().max_log_bytes);
+    assert_eq!(executor.ceilings.timeout, Duration::from_secs(5));
+    let limits = config.daemon_limits();
+    assert_eq!((limits.max_connections, limits.hello_timeout), (10, Duration::from_millis(1500)));
+    assert_eq!(limits.idle_timeout, Duration::from_secs(60));
+    assert_eq!(limits.max_queued_bytes, codemode_executor::daemon::DaemonLimits::default().max_queued_bytes);
+    assert_eq!(config.daemon_config().unwrap().listen.to_string(), "unix:/tmp/codemode.sock");
+}
+
+#[test]
+fn flags_win_over_the_file() {
+    let file = ServeConfig::from_toml(FILE).unwrap();
+    let flags =
+        ServeConfig::from_toml("[limits]\ntimeout_ms = 3000\n[connections]\nmax_connections = 2").unwrap();
+    let config = file.overridden_by(&flags);
+    let executor = config.executor_config("codemode".into()).unwrap();
+    assert_eq!(executor.limits.timeout, Duration::from_secs(3));
+    assert_eq!(executor.limits.memory_limit_bytes, 32 << 20, "what the flags leave out stays the file's");
+    assert_eq!(config.daemon_limits().max_connections, 2);
+}
+
+#[test]
+fn what_cannot_run_is_refused_with_what_to_change() {
+    let refused = |text: &str| {
+        let config = ServeConfig::from_toml(text)?;
+        config.executor_config("codemode".into()).map(|_| ())
+    };
+    assert_eq!(
+        refused("[limits]\ntimeout_ms = 9000\n[ceilings]\ntimeout_ms = 5000").unwrap_err(),
+        "[limits]: The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000."
+    );
+    assert_eq!(
+        refused("[executor]\nengine = \"spidermonkey\"").unwrap_err(),
+        "unknown engine \"spidermonkey\"; built in: quickjs"
+    );
+    assert_eq!(refused("[executor]\nworkers = 0").unwrap_err(), "[executor] workers must be at least 1");
+    let unknown = refused("[limits]\ntimeout = 5").unwrap_err();
+    assert!(unknown.contains("unknown field `timeout`, expected one of `timeout_ms`"), "{unknown}");
+    let missing = ServeConfig::default().daemon_config().unwrap_err();
+    assert_eq!(
+        missing,
+        "say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_json_lines() {
+    let dir = std::env::temp_dir().join(format!("codemode-serve-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("d.sock");
+    let file = dir.join("serve.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "listen = \"unix:{}\"\nlog_format = \"json\"\n[limits]\ntimeout_ms = 1000\n[ceilings]\nmemory_limit_bytes = 134217728\n",
+            socket.display()
+        ),
+    )
+    .unwrap();
+    let mut child = Served(
+        Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["serve", "--config", &file.display().to_string()])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut log = BufReader::new(child.0.stderr.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&log.next().unwrap().unwrap()).unwrap();
+    assert_eq!(first["level"], "INFO");
+    assert_eq!(first["message"], "listening");
+    let started = Instant::now();
+    let remote = loop {
+        match RemoteExecutor::connect(&format!("unix:{}", socket.display()), None).await {
+            Ok(remote) => break remote,
+            Err(_) if started.elapsed() < Duration::from_secs(5) => {
+                tokio::time::sleep(Duration::from_millis(20)).await
+            }
+            Err(problem) => panic!("{problem}"),
+        }
+    };
+    let timed_out = remote.execute(Request::new("async () => { for (;;) {} }")).await;
+    assert_eq!(
+        timed_out.to_json_string(),
+        r#"{"error":"Execution timed out after 1000 ms.","kind":"timeout","logs":[]}"#
+    );
+    let above = remote.execute(Request::new("async () => 1").memory_limit_bytes(256 << 20)).await;
+    assert_eq!(
+        above.to_json_string(),
+        r#"{"error":"The memoryLimitBytes of 268435456 is above this executor's ceiling of 134217728; ask for at most 134217728.","kind":"invalid","logs":[]}"#
+    );
+    drop(remote);
+    drop(child);
+    let lines: Vec<serde_json::Value> =
+        log.map_while(Result::ok).filter_map(|line| serde_json::from_str(&line).ok()).collect();
+    let ended: Vec<&serde_json::Value> = lines.iter().filter(|l| l["message"] == "execution ended").collect();
+    assert_eq!(ended.len(), 2, "{lines:?}");
+    assert_eq!(ended[0]["outcome"], "timeout");
+    assert_eq!(ended[1]["outcome"], "invalid");
+    assert_eq!(ended[0]["span"]["name"], "connection");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A daemon child process, killed and reaped however the test ends.
+struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_bad_config_file_exits_2_saying_where() {
+    let dir = std::env::temp_dir().join(format!("codemode-serve-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("serve.toml");
+    std::fs::write(&file, "listen = \"unix:/tmp/x.sock\"\n[conections]\nmax_connections = 2\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["serve", "--config", &file.display().to_string()])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.starts_with(&format!("codemode: the config file {}: ", file.display())), "{stderr}");
+    assert!(stderr.contains("unknown field `conections`"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
