@@ -317,7 +317,10 @@ impl Served {
         let address = tokio::time::timeout(LISTEN_WAIT, async {
             while let Ok(Some(line)) = lines.next_line().await {
                 let event: Option<serde_json::Value> = serde_json::from_str(&line).ok();
-                match event.as_ref().filter(|e| e["event"] == "listening").and_then(|e| e["address"].as_str())
+                match event
+                    .as_ref()
+                    .filter(|e| e["message"] == "listening")
+                    .and_then(|e| e["address"].as_str())
                 {
                     Some(address) => return Some(address.to_owned()),
                     None => said.push(line),
