@@ -25,10 +25,14 @@ use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 
 use crate::Executor;
-use crate::wire::server::{self, ServeEvent, ServeOptions, serve_with};
+use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_with};
 
 /// Connections open at once by default (authenticated or not).
 pub const MAX_CONNECTIONS: usize = 256;
+
+/// Executions live at once by default across all connections: each holds a thread and an
+/// engine of up to its memory limit.
+pub const MAX_LIVE_EXECUTIONS: usize = 1024;
 
 /// The least `max_frame_bytes` a daemon accepts: room for any error frame and the
 /// `resultTooLarge` outcome that stands in for a longer one.
@@ -118,6 +122,12 @@ pub struct DaemonLimits {
     /// connection gets an error frame of kind `tooManyConnections` and is closed at once
     /// (a TLS one is closed without it). Default [`MAX_CONNECTIONS`].
     pub max_connections: usize,
+    /// Executions live at once across all connections (running, retained, or with an
+    /// outcome waiting to be sent). Past it an execute gets an error outcome of kind
+    /// `invalid` ([`texts::DAEMON_EXECUTIONS_FULL`]) and does not start. The daemon's
+    /// memory is bounded by this times the ceiling on `memoryLimitBytes`. Default
+    /// [`MAX_LIVE_EXECUTIONS`].
+    pub max_live_executions: usize,
     /// The largest hello: all a connection may send before it is authenticated. Default
     /// [`server::MAX_HELLO_BYTES`] (4 KiB).
     pub max_hello_bytes: usize,
@@ -143,6 +153,7 @@ impl Default for DaemonLimits {
     fn default() -> DaemonLimits {
         DaemonLimits {
             max_connections: MAX_CONNECTIONS,
+            max_live_executions: MAX_LIVE_EXECUTIONS,
             max_hello_bytes: server::MAX_HELLO_BYTES,
             hello_timeout: server::HELLO_TIMEOUT,
             idle_timeout: server::IDLE_TIMEOUT,
@@ -255,6 +266,7 @@ impl Daemon {
     pub async fn serve(self, executor: Executor) -> Result<(), String> {
         let connections = AtomicU64::new(0);
         let open = Arc::new(AtomicUsize::new(0));
+        let live = SharedExecutions::new(self.limits.max_live_executions);
         tracing::info!(address = %self.address, "listening");
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
@@ -298,7 +310,7 @@ impl Daemon {
                 idle_timeout: Some(self.limits.idle_timeout),
                 max_queued_bytes: self.limits.max_queued_bytes,
                 send_timeout: Some(self.limits.send_timeout),
-                on_event: Some(execution_events(connection)),
+                shared_executions: Some(live.clone()),
             };
             let executor = executor.clone();
             let tls = match &self.listener {
@@ -408,24 +420,6 @@ fn spawn_connection<S>(
     );
 }
 
-/// An execution's start and end as events of its connection's span (never its code,
-/// arguments or results).
-fn execution_events(connection: u64) -> Arc<dyn Fn(ServeEvent) + Send + Sync> {
-    let span = tracing::info_span!("connection", id = connection);
-    Arc::new(move |event| {
-        let _entered = span.enter();
-        match event {
-            ServeEvent::Started { execution } => tracing::info!(execution, "execution started"),
-            ServeEvent::Ended { execution, duration, outcome } => tracing::info!(
-                execution,
-                duration_ms = duration.as_secs_f64() * 1000.0,
-                outcome,
-                "execution ended"
-            ),
-        }
-    })
-}
-
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
 /// restricted, then renamed into place, so it is never reachable with wider permissions.
 fn bind_owner_only(path: &Path) -> Result<UnixListener, String> {
@@ -433,9 +427,9 @@ fn bind_owner_only(path: &Path) -> Result<UnixListener, String> {
     let staging = path.with_extension(format!("binding-{}", std::process::id()));
     let _ = std::fs::remove_file(&staging);
     let listener =
-        UnixListener::bind(&staging).map_err(|e| format!("cannot bind {}: {e}", staging.display()))?;
+        UnixListener::bind(&staging).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
     std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot restrict {}: {e}", staging.display()))?;
+        .map_err(|e| format!("cannot restrict the socket {} to its owner: {e}", path.display()))?;
     std::fs::rename(&staging, path)
         .map_err(|e| format!("cannot move the socket to {}: {e}", path.display()))?;
     Ok(listener)

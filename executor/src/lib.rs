@@ -54,7 +54,7 @@ pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::RemoteExecutor;
 pub use request::Request;
 pub use serve_config::{
-    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, ServeConfig,
+    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
 };
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 

@@ -7,6 +7,7 @@
 //! ```toml
 //! listen = "unix:/run/codemode/codemode.sock"
 //! log_format = "json"
+//! log_level = "info"
 //!
 //! [executor]
 //! workers = 4
@@ -24,6 +25,7 @@
 //! [connections]
 //! max_connections = 256
 //! max_executions = 64
+//! max_live_executions = 512
 //! hello_timeout_ms = 5000
 //! idle_timeout_ms = 300000
 //! ```
@@ -50,6 +52,9 @@ pub struct ServeConfig {
     pub tls_key: Option<PathBuf>,
     /// How the daemon logs to stderr: text lines (the default) or JSON lines.
     pub log_format: Option<LogFormat>,
+    /// The least level logged: `info` (the default: connections and executions), `debug`
+    /// (each call and fetch too, with its duration), `warn` or `error`.
+    pub log_level: Option<LogLevel>,
     /// How executions run.
     #[serde(default)]
     pub executor: ExecutorSection,
@@ -73,6 +78,21 @@ pub enum LogFormat {
     Text,
     /// One JSON object per line.
     Json,
+}
+
+/// The least level a daemon logs: `log_level = "info"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogLevel {
+    /// Refusals and failures the daemon recovers from, and errors.
+    Warn,
+    /// Only what went wrong.
+    Error,
+    /// Connections opened and closed, executions started and ended, refusals.
+    #[default]
+    Info,
+    /// Each call and fetch too: provider, tool, duration, and whether it failed.
+    Debug,
 }
 
 /// Where executions run: `isolation = "in-process" | "process"`.
@@ -126,6 +146,8 @@ pub struct ConnectionsSection {
     pub max_connections: Option<usize>,
     /// Executions live at once per connection.
     pub max_executions: Option<usize>,
+    /// Executions live at once across all connections.
+    pub max_live_executions: Option<usize>,
     /// The largest frame either way.
     pub max_frame_bytes: Option<usize>,
     /// The largest hello.
@@ -156,7 +178,7 @@ impl ServeConfig {
 
     /// This configuration with every field `flags` sets taking its place.
     pub fn overridden_by(mut self, flags: &ServeConfig) -> ServeConfig {
-        overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format]);
+        overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format, log_level]);
         overlay!(self.executor, flags.executor, [workers, engine, isolation]);
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
@@ -179,6 +201,7 @@ impl ServeConfig {
             [
                 max_connections,
                 max_executions,
+                max_live_executions,
                 max_frame_bytes,
                 max_hello_bytes,
                 hello_timeout_ms,
@@ -257,6 +280,7 @@ impl ServeConfig {
         let defaults = DaemonLimits::default();
         DaemonLimits {
             max_connections: c.max_connections.unwrap_or(defaults.max_connections),
+            max_live_executions: c.max_live_executions.unwrap_or(defaults.max_live_executions),
             max_hello_bytes: c.max_hello_bytes.unwrap_or(defaults.max_hello_bytes),
             hello_timeout: ms(c.hello_timeout_ms, defaults.hello_timeout),
             idle_timeout: ms(c.idle_timeout_ms, defaults.idle_timeout),

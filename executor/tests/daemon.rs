@@ -933,3 +933,58 @@ async fn an_outcome_waiting_on_a_client_that_reads_nothing_is_dropped_for_a_shor
     );
     assert!(long.len() > 1_000_000);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn executions_are_bounded_across_all_connections_and_a_place_frees_when_one_ends() {
+    let path = temp("sock");
+    let limits = DaemonLimits { max_live_executions: 2, ..DaemonLimits::default() };
+    start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
+    const WAITS: &str = r#""request":{"code":"async () => store.find(1)","providers":[{"name":"store","tools":["find"]}],"dispatch":true}}"#;
+    // Two connections, each with an execution waiting on a call: the daemon is full.
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut raw = Raw::connect(&path).await;
+        raw.send(HELLO).await;
+        raw.next().await;
+        raw.send(&format!(r#"{{"type":"execute","execution":1,{WAITS}"#)).await;
+        assert_eq!(
+            raw.next().await.unwrap(),
+            r#"{"type":"call","execution":1,"call":1,"provider":"store","tool":"find","argsJson":"[1]"}"#
+        );
+        holders.push(raw);
+    }
+    let mut third = Raw::connect(&path).await;
+    third.send(HELLO).await;
+    third.next().await;
+    third.send(r#"{"type":"execute","execution":7,"request":{"code":"async () => 'third'"}}"#).await;
+    assert_eq!(
+        third.next().await.unwrap(),
+        r#"{"type":"outcome","execution":7,"outcome":{"error":"The daemon is running its maximum of 2 executions across all connections. This one did not start; try again when one ends, or on another daemon.","kind":"invalid","logs":[]}}"#
+    );
+    // One ends: its place is the third connection's.
+    holders[0].send(r#"{"type":"answer","execution":1,"call":1,"answer":"{\"result\":\"found\"}"}"#).await;
+    assert_eq!(
+        holders[0].next().await.unwrap(),
+        r#"{"type":"outcome","execution":1,"outcome":{"result":"found","logs":[]}}"#
+    );
+    third.send(r#"{"type":"execute","execution":8,"request":{"code":"async () => 'third'"}}"#).await;
+    assert_eq!(
+        third.next().await.unwrap(),
+        r#"{"type":"outcome","execution":8,"outcome":{"result":"third","logs":[]}}"#
+    );
+    // A connection that leaves gives its executions' places back.
+    holders.truncate(0);
+    let left = Instant::now();
+    loop {
+        third.send(r#"{"type":"execute","execution":9,"request":{"code":"async () => 'again'"}}"#).await;
+        third.send(&format!(r#"{{"type":"execute","execution":10,{WAITS}"#)).await;
+        let mut lines = [third.next().await.unwrap(), third.next().await.unwrap()];
+        lines.sort();
+        if lines[0].starts_with(r#"{"type":"call","execution":10,"#) {
+            assert_eq!(lines[1], r#"{"type":"outcome","execution":9,"outcome":{"result":"again","logs":[]}}"#);
+            break;
+        }
+        assert!(left.elapsed() < Duration::from_secs(2), "the places were not given back: {lines:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

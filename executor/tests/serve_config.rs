@@ -29,12 +29,14 @@ memory_limit_bytes = 134217728
 max_connections = 10
 hello_timeout_ms = 1500
 idle_timeout_ms = 60000
+max_live_executions = 40
 "#;
 
 #[test]
 fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
     let config = ServeConfig::from_toml(FILE).unwrap();
     assert_eq!(config.log_format, Some(LogFormat::Json));
+    assert_eq!(config.log_level, None, "info unless set");
     assert_eq!(config.executor.isolation, Some(IsolationKind::Process));
     let executor = config.executor_config("/usr/bin/codemode".into()).unwrap();
     assert_eq!(executor.workers, 3);
@@ -53,6 +55,7 @@ fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
     let limits = config.daemon_limits();
     assert_eq!((limits.max_connections, limits.hello_timeout), (10, Duration::from_millis(1500)));
     assert_eq!(limits.idle_timeout, Duration::from_secs(60));
+    assert_eq!(limits.max_live_executions, 40);
     assert_eq!(limits.max_queued_bytes, codemode_executor::daemon::DaemonLimits::default().max_queued_bytes);
     assert_eq!(config.daemon_config().unwrap().listen.to_string(), "unix:/tmp/codemode.sock");
 }
@@ -102,7 +105,7 @@ async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_jso
     std::fs::write(
         &file,
         format!(
-            "listen = \"unix:{}\"\nlog_format = \"json\"\n[limits]\ntimeout_ms = 1000\n[ceilings]\nmemory_limit_bytes = 134217728\n",
+            "listen = \"unix:{}\"\nlog_format = \"json\"\nlog_level = \"debug\"\n[limits]\ntimeout_ms = 1000\n[ceilings]\nmemory_limit_bytes = 134217728\n",
             socket.display()
         ),
     )
@@ -138,15 +141,35 @@ async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_jso
         above.to_json_string(),
         r#"{"error":"The memoryLimitBytes of 268435456 is above this executor's ceiling of 134217728; ask for at most 134217728.","kind":"invalid","logs":[]}"#
     );
+    let dispatch = |_call| async { r#"{"error":"no such user"}"#.to_owned() };
+    let called = Request::new("async () => { try { await store.find('s3cr3t') } catch (e) { return e.message } }")
+        .provider(codemode_executor::ProviderDescriptor::new("store", ["find"]))
+        .dispatch(dispatch);
+    assert_eq!(remote.execute(called).await.to_json_string(), r#"{"result":"no such user","logs":[]}"#);
     drop(remote);
     drop(child);
     let lines: Vec<serde_json::Value> =
         log.map_while(Result::ok).filter_map(|line| serde_json::from_str(&line).ok()).collect();
     let ended: Vec<&serde_json::Value> = lines.iter().filter(|l| l["message"] == "execution ended").collect();
-    assert_eq!(ended.len(), 2, "{lines:?}");
+    assert_eq!(ended.len(), 3, "{lines:?}");
     assert_eq!(ended[0]["outcome"], "timeout");
     assert_eq!(ended[1]["outcome"], "invalid");
-    assert_eq!(ended[0]["span"]["name"], "connection");
+    assert_eq!(ended[2]["outcome"], "returned");
+    // Each execution's events in its own span, inside its connection's.
+    assert_eq!(ended[0]["span"], serde_json::json!({"name": "execution", "id": 1}));
+    assert_eq!(ended[0]["spans"][0]["name"], "connection");
+    assert_eq!(ended[0]["spans"][0]["peer"], "unix");
+    // At debug, each call: provider, tool, duration and whether it failed; never its
+    // arguments or its answer.
+    let calls: Vec<&serde_json::Value> = lines.iter().filter(|l| l["message"] == "call answered").collect();
+    assert_eq!(calls.len(), 1, "{lines:?}");
+    assert_eq!(calls[0]["level"], "DEBUG");
+    assert_eq!(calls[0]["error"], true);
+    assert!(calls[0]["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(calls[0]["span"], serde_json::json!({"name": "call", "call": 1, "provider": "store", "tool": "find"}));
+    assert_eq!(calls[0]["spans"][1], serde_json::json!({"name": "execution", "id": 3}));
+    let all = lines.iter().map(|l| l.to_string()).collect::<String>();
+    assert!(!all.contains("s3cr3t") && !all.contains("no such user"), "{all}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

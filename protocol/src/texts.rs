@@ -281,6 +281,12 @@ pub const DAEMON_CONNECTION_LOST: &str =
 pub const DAEMON_BUSY: Template =
     Template("The daemon is serving its maximum of {limit} connections. Close one, or try again later.");
 
+/// An execute past the daemon's bound on executions live across all its connections
+/// (kind `invalid`); it was refused before it ran.
+pub const DAEMON_EXECUTIONS_FULL: Template = Template(
+    "The daemon is running its maximum of {limit} executions across all connections. This one did not start; try again when one ends, or on another daemon.",
+);
+
 /// The error frame of a connection whose hello did not arrive in time.
 pub const HELLO_TIMEOUT: Template =
     Template("No hello arrived within {ms} ms of connecting. Send the hello first, at once.");

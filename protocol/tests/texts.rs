@@ -208,6 +208,10 @@ fn the_daemon_bound_texts_are_pinned() {
         "The daemon is serving its maximum of 256 connections. Close one, or try again later."
     );
     assert_eq!(
+        DAEMON_EXECUTIONS_FULL.fill(&["1024"]),
+        "The daemon is running its maximum of 1024 executions across all connections. This one did not start; try again when one ends, or on another daemon."
+    );
+    assert_eq!(
         HELLO_TIMEOUT.fill(&["5000"]),
         "No hello arrived within 5000 ms of connecting. Send the hello first, at once."
     );

@@ -27,7 +27,7 @@
 //! ([`texts::CLIENT_NOT_READING`]).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -40,6 +40,7 @@ use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use super::{
     FrameError, FrameReader, FrameWriter, QuietStream, encode_frame, frame_length, too_large_outcome,
@@ -49,8 +50,33 @@ use crate::host::{CallAnswer, Claim, claim_call};
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::{Executor, Request, RetainedExecution};
 
-type Waiting = Arc<Mutex<HashMap<(u64, u64), Waiter<String>>>>;
-type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), Waiter<FetchAnswer>>>>;
+type Waiting = Arc<Mutex<HashMap<(u64, u64), Pending<String>>>>;
+type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), Pending<FetchAnswer>>>>;
+/// Retained engines by execution id; each keeps its place among a daemon's executions
+/// until released.
+type Retained = Arc<Mutex<HashMap<u64, (RetainedExecution, Option<ExecutionSlot>)>>>;
+
+/// A call on its way to the client: who gets the answer, and the span that times it.
+struct Pending<T> {
+    waiter: Waiter<T>,
+    span: tracing::Span,
+    sent: Instant,
+}
+
+impl<T> Pending<T> {
+    fn new(waiter: Waiter<T>, span: tracing::Span) -> Pending<T> {
+        Pending { waiter, span, sent: Instant::now() }
+    }
+
+    /// The call's end as an event of its span, after the answer was delivered.
+    fn answered(span: tracing::Span, sent: Instant, error: bool) {
+        span.in_scope(|| tracing::debug!(duration_ms = millis(sent.elapsed()), error, "call answered"));
+    }
+}
+
+fn millis(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
 
 /// Who gets a call's answer when its frame arrives.
 enum Waiter<T> {
@@ -119,7 +145,7 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// client that may not be reading.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// What one connection is allowed, and who hears about its executions.
+/// What one connection is allowed.
 #[derive(Clone)]
 pub struct ServeOptions {
     /// The token a client's hello must carry; `None` accepts any hello.
@@ -150,8 +176,45 @@ pub struct ServeOptions {
     /// queue; past it that outcome is dropped for a short one of kind `internal`
     /// ([`texts::CLIENT_NOT_READING`]). `None` waits for ever. Default [`SEND_TIMEOUT`].
     pub send_timeout: Option<Duration>,
-    /// Told when an execution starts and ends.
-    pub on_event: Option<Arc<dyn Fn(ServeEvent) + Send + Sync>>,
+    /// Executions counted with other connections' (a daemon's, across all of them); an
+    /// execute past its most gets an error outcome of kind `invalid`
+    /// ([`texts::DAEMON_EXECUTIONS_FULL`]). `None` counts only this connection's.
+    pub shared_executions: Option<Arc<SharedExecutions>>,
+}
+
+/// Executions live across many connections (a daemon's), and the most it runs at once:
+/// each holds a thread and an engine, so the bound is on the daemon's memory.
+#[derive(Debug)]
+pub struct SharedExecutions {
+    live: AtomicUsize,
+    max: usize,
+}
+
+impl SharedExecutions {
+    /// At most `max` live at once.
+    pub fn new(max: usize) -> Arc<SharedExecutions> {
+        Arc::new(SharedExecutions { live: AtomicUsize::new(0), max })
+    }
+
+    /// Executions live now (running, retained, or with an outcome waiting to be sent).
+    pub fn live(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    fn take(self: &Arc<Self>) -> Option<ExecutionSlot> {
+        let max = self.max;
+        self.live.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(ExecutionSlot(self.clone()))
+    }
+}
+
+/// One execution's place among a daemon's; given back when dropped.
+struct ExecutionSlot(Arc<SharedExecutions>);
+
+impl Drop for ExecutionSlot {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Default for ServeOptions {
@@ -165,29 +228,9 @@ impl Default for ServeOptions {
             idle_timeout: Some(IDLE_TIMEOUT),
             max_queued_bytes: MAX_QUEUED_BYTES,
             send_timeout: Some(SEND_TIMEOUT),
-            on_event: None,
+            shared_executions: None,
         }
     }
-}
-
-/// What a served connection reports.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ServeEvent {
-    /// An execution started.
-    Started {
-        /// The client's id for it.
-        execution: u64,
-    },
-    /// An execution ended.
-    Ended {
-        /// The client's id for it.
-        execution: u64,
-        /// From execute to outcome.
-        duration: std::time::Duration,
-        /// The outcome's kind as the wire writes it (`returned`, `thrown`, `timeout`, ...),
-        /// or `cancelled` for an execution the client cancelled.
-        outcome: &'static str,
-    },
 }
 
 /// Serve `executor` on one connection until the client closes it, accepting any hello,
@@ -311,7 +354,7 @@ where
     let waiting: Waiting = Arc::default();
     let fetch_waiting: FetchWaiting = Arc::default();
     let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
-    let retained: Arc<Mutex<HashMap<u64, RetainedExecution>>> = Arc::default();
+    let retained: Retained = Arc::default();
     // Executions whose outcome waits to be queued.
     let unsent: Arc<Mutex<HashSet<u64>>> = Arc::default();
     let count = || lock(&running).len() + lock(&retained).len() + lock(&unsent).len();
@@ -376,16 +419,37 @@ where
                     let _ = out.push(ServerMessage::Outcome { execution, outcome });
                     continue;
                 }
+                let slot = match &options.shared_executions {
+                    None => None,
+                    Some(shared) => match shared.take() {
+                        Some(slot) => Some(slot),
+                        None => {
+                            let text = texts::DAEMON_EXECUTIONS_FULL.fill(&[&shared.max.to_string()]);
+                            let outcome = Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
+                            let _ = out.push(ServerMessage::Outcome { execution, outcome });
+                            tracing::warn!(
+                                execution,
+                                limit = shared.max,
+                                "execution refused: the daemon is full"
+                            );
+                            continue;
+                        }
+                    },
+                };
                 let retain = request.retain_handles;
                 let next_call = Arc::new(AtomicU64::new(1));
+                // A child of the connection's span (the daemon's), which this task is in.
+                let span = tracing::info_span!("execution", id = execution);
                 let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
                     execution,
+                    span: span.clone(),
                     next_call: next_call.clone(),
                     out: out.clone(),
                     waiting: waiting.clone(),
                 });
                 let outbound: Arc<dyn Outbound> = Arc::new(WireOutbound {
                     execution,
+                    span: span.clone(),
                     next_call,
                     out: out.clone(),
                     waiting: fetch_waiting.clone(),
@@ -394,56 +458,61 @@ where
                 let (executor, out, running_map, retained_map, unsent_ids) =
                     (executor.clone(), out.clone(), running.clone(), retained.clone(), unsent.clone());
                 let (waiting_map, fetch_waiting_map) = (waiting.clone(), fetch_waiting.clone());
-                let on_event = options.on_event.clone();
-                if let Some(tell) = &on_event {
-                    tell(ServeEvent::Started { execution });
-                }
+                span.in_scope(|| tracing::info!("execution started"));
                 let started = Instant::now();
                 // The task waits until its id is recorded as running: a run that ends at once
                 // must not remove its id before the id is there (which left a stale entry
                 // that refused the id's next use).
                 let (recorded, gate) = oneshot::channel::<()>();
-                let task = tokio::spawn(async move {
-                    let _ = gate.await;
-                    let outcome = if retain {
-                        let (outcome, handle) = executor.execute_retained(request).await;
-                        lock(&retained_map).insert(execution, handle);
-                        outcome
-                    } else {
-                        executor.execute(request).await
-                    };
-                    lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
-                    lock(&fetch_waiting_map).retain(|(owner, _), _| *owner != execution);
-                    let frame = out.outcome_frame(execution, outcome);
-                    // Counted live until its outcome is queued, so a client that does not
-                    // read holds its executions' places; no longer cancellable, so a
-                    // cancel now cannot make a second outcome.
-                    let _unsent = Unsent::record(&unsent_ids, execution);
-                    if lock(&running_map).remove(&execution).is_none() {
-                        return;
+                let task = tokio::spawn(
+                    async move {
+                        // Held until the outcome is queued (or, retained, until released).
+                        let mut slot = slot;
+                        let _ = gate.await;
+                        let outcome = if retain {
+                            let (outcome, handle) = executor.execute_retained(request).await;
+                            lock(&retained_map).insert(execution, (handle, slot.take()));
+                            outcome
+                        } else {
+                            executor.execute(request).await
+                        };
+                        lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
+                        lock(&fetch_waiting_map).retain(|(owner, _), _| *owner != execution);
+                        let frame = out.outcome_frame(execution, outcome);
+                        // Counted live until its outcome is queued, so a client that does not
+                        // read holds its executions' places; no longer cancellable, so a
+                        // cancel now cannot make a second outcome.
+                        let _unsent = Unsent::record(&unsent_ids, execution);
+                        if lock(&running_map).remove(&execution).is_none() {
+                            return;
+                        }
+                        let kind = out.push_outcome(execution, frame).await;
+                        tracing::info!(
+                            duration_ms = millis(started.elapsed()),
+                            outcome = kind.as_str(),
+                            "execution ended"
+                        );
                     }
-                    let kind = out.push_outcome(execution, frame).await;
-                    if let Some(tell) = &on_event {
-                        tell(ServeEvent::Ended {
-                            execution,
-                            duration: started.elapsed(),
-                            outcome: kind.as_str(),
-                        });
-                    }
-                });
+                    .instrument(span),
+                );
                 lock(&running).insert(execution, task);
                 let _ = recorded.send(());
             }
             ClientMessage::Answer { execution, call, answer } => {
-                let waiter = lock(&waiting).remove(&(execution, call));
-                if let Some(waiter) = waiter {
+                let pending = lock(&waiting).remove(&(execution, call));
+                if let Some(Pending { waiter, span, sent }) = pending {
+                    // The envelope's kind as its first key says (logged, never its value).
+                    let error = answer.trim_start().starts_with("{\"error\"");
                     waiter.answer(answer);
+                    Pending::<String>::answered(span, sent, error);
                 }
             }
             ClientMessage::FetchAnswer { execution, call, answer } => {
-                let waiter = lock(&fetch_waiting).remove(&(execution, call));
-                if let Some(waiter) = waiter {
+                let pending = lock(&fetch_waiting).remove(&(execution, call));
+                if let Some(Pending { waiter, span, sent }) = pending {
+                    let error = matches!(answer, FetchAnswer::Refused { .. });
                     waiter.answer(answer);
+                    Pending::<FetchAnswer>::answered(span, sent, error);
                 }
             }
             ClientMessage::Cancel { execution } => {
@@ -451,13 +520,7 @@ where
                     task.abort();
                     lock(&waiting).retain(|(owner, _), _| *owner != execution);
                     lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
-                    if let Some(tell) = &options.on_event {
-                        tell(ServeEvent::Ended {
-                            execution,
-                            duration: std::time::Duration::ZERO,
-                            outcome: "cancelled",
-                        });
-                    }
+                    tracing::info!(execution, outcome = "cancelled", "execution ended");
                     let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
                     let _ = out.push(ServerMessage::Outcome { execution, outcome });
                 }
@@ -472,9 +535,9 @@ where
         task.abort();
     }
     lock(&retained).clear();
-    let abandoned: Vec<_> = lock(&waiting).drain().map(|(_, waiter)| waiter).collect();
+    let abandoned: Vec<_> = lock(&waiting).drain().map(|(_, pending)| pending.waiter).collect();
     abandoned.into_iter().for_each(Waiter::<String>::abandon);
-    let abandoned: Vec<_> = lock(&fetch_waiting).drain().map(|(_, waiter)| waiter).collect();
+    let abandoned: Vec<_> = lock(&fetch_waiting).drain().map(|(_, pending)| pending.waiter).collect();
     abandoned.into_iter().for_each(Waiter::<FetchAnswer>::abandon);
     // What is queued (an error frame) goes out if the client reads it within the grace.
     out.finish();
@@ -696,6 +759,8 @@ impl Shared {
 /// A program's calls, sent to the client and answered by it.
 struct WireDispatch {
     execution: u64,
+    /// The execution's span, parent of each call's.
+    span: tracing::Span,
     next_call: Arc<AtomicU64>,
     out: Outgoing,
     waiting: Waiting,
@@ -712,7 +777,8 @@ impl Dispatch for WireDispatch {
                 (Waiter::Future(answer), Some(answered))
             }
         };
-        lock(&self.waiting).insert((self.execution, call), waiter);
+        let span = tracing::debug_span!(parent: &self.span, "call", call, provider = %tool_call.provider, tool = %tool_call.tool);
+        lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
         let sent = self.out.push(ServerMessage::Call { execution: self.execution, call, tool_call });
         let refused = match sent {
             _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
@@ -736,6 +802,7 @@ impl Dispatch for WireDispatch {
 /// A program's fetches, sent to the client whose outbound handler decides them.
 struct WireOutbound {
     execution: u64,
+    span: tracing::Span,
     next_call: Arc<AtomicU64>,
     out: Outgoing,
     waiting: FetchWaiting,
@@ -751,7 +818,8 @@ impl Outbound for WireOutbound {
                 (Waiter::Future(answer), Some(answered))
             }
         };
-        lock(&self.waiting).insert((self.execution, call), waiter);
+        let span = tracing::debug_span!(parent: &self.span, "fetch", call);
+        lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
         let sent =
             self.out.push(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
         let refused = match sent {

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use codemode_executor::daemon::Daemon;
 use codemode_executor::{
-    ConnectionsSection, Executor, ExecutorSection, IsolationKind, LimitsSection, LogFormat, ServeConfig,
+    ConnectionsSection, Executor, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
+    ServeConfig,
 };
 
 /// The flags of `codemode serve`; each overrides the config file's field of the same name.
@@ -44,6 +45,10 @@ pub(crate) struct ServeArgs {
     /// Log lines on stderr: text (default) or json.
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
+    /// The least level logged: info (default: connections, executions), debug (each call
+    /// and fetch too, with its duration), warn or error.
+    #[arg(long, value_name = "LEVEL", value_parser = ["error", "warn", "info", "debug"])]
+    log_level: Option<String>,
     /// The JavaScript engine: quickjs (default), or v8 in a build with the `v8` feature.
     #[arg(long, value_name = "NAME")]
     engine: Option<String>,
@@ -71,6 +76,9 @@ pub(crate) struct ServeArgs {
     /// Executions live at once per connection [default: 1024].
     #[arg(long, value_name = "N")]
     max_executions: Option<usize>,
+    /// Executions live at once across all connections [default: 1024].
+    #[arg(long, value_name = "N")]
+    max_live_executions: Option<usize>,
     /// The largest frame either way [default: 64 MiB].
     #[arg(long, value_name = "BYTES")]
     max_frame_bytes: Option<usize>,
@@ -103,6 +111,12 @@ impl ServeArgs {
                 .log_format
                 .as_deref()
                 .map(|f| if f == "json" { LogFormat::Json } else { LogFormat::Text }),
+            log_level: self.log_level.as_deref().map(|level| match level {
+                "error" => LogLevel::Error,
+                "warn" => LogLevel::Warn,
+                "debug" => LogLevel::Debug,
+                _ => LogLevel::Info,
+            }),
             executor: ExecutorSection {
                 workers: self.workers,
                 engine: self.engine.clone(),
@@ -124,6 +138,7 @@ impl ServeArgs {
             connections: ConnectionsSection {
                 max_connections: self.max_connections,
                 max_executions: self.max_executions,
+                max_live_executions: self.max_live_executions,
                 max_frame_bytes: self.max_frame_bytes,
                 max_hello_bytes: self.max_hello_bytes,
                 hello_timeout_ms: self.hello_timeout_ms,
@@ -150,7 +165,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     let executor_config = config.executor_config(worker)?;
     let daemon_config = config.daemon_config()?;
     let limits = config.daemon_limits();
-    start_logging(config.log_format.unwrap_or_default());
+    start_logging(config.log_format.unwrap_or_default(), config.log_level.unwrap_or_default());
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -161,12 +176,19 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     })
 }
 
-/// Events at INFO and above to stderr, as text (`INFO connection{id=1}: execution ended …`)
-/// or one JSON object per line.
-fn start_logging(format: LogFormat) {
+/// Events at `level` and above to stderr, as text
+/// (`INFO connection{id=1 peer="unix"}:execution{id=1}: execution ended …`) or one JSON
+/// object per line.
+fn start_logging(format: LogFormat, level: LogLevel) {
+    let level = match level {
+        LogLevel::Error => tracing::Level::ERROR,
+        LogLevel::Warn => tracing::Level::WARN,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Debug => tracing::Level::DEBUG,
+    };
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_max_level(tracing::Level::INFO)
+        .with_max_level(level)
         .with_ansi(false)
         .with_target(false);
     let _ = match format {
