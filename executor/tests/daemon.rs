@@ -981,10 +981,23 @@ async fn executions_are_bounded_across_all_connections_and_a_place_frees_when_on
         let mut lines = [third.next().await.unwrap(), third.next().await.unwrap()];
         lines.sort();
         if lines[0].starts_with(r#"{"type":"call","execution":10,"#) {
-            assert_eq!(lines[1], r#"{"type":"outcome","execution":9,"outcome":{"result":"again","logs":[]}}"#);
+            assert_eq!(
+                lines[1],
+                r#"{"type":"outcome","execution":9,"outcome":{"result":"again","logs":[]}}"#
+            );
             break;
         }
         assert!(left.elapsed() < Duration::from_secs(2), "the places were not given back: {lines:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+#[tokio::test]
+async fn a_socket_that_cannot_be_bound_is_named_as_given() {
+    let path = PathBuf::from("/nonexistent-codemode-dir/d.sock");
+    let refused = Daemon::bind(DaemonConfig::new(Address::Unix(path))).await.err().unwrap();
+    assert_eq!(
+        refused,
+        "cannot listen on /nonexistent-codemode-dir/d.sock: No such file or directory (os error 2)"
+    );
 }
