@@ -142,9 +142,10 @@ async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_jso
         r#"{"error":"The memoryLimitBytes of 268435456 is above this executor's ceiling of 134217728; ask for at most 134217728.","kind":"invalid","logs":[]}"#
     );
     let dispatch = |_call| async { r#"{"error":"no such user"}"#.to_owned() };
-    let called = Request::new("async () => { try { await store.find('s3cr3t') } catch (e) { return e.message } }")
-        .provider(codemode_executor::ProviderDescriptor::new("store", ["find"]))
-        .dispatch(dispatch);
+    let called =
+        Request::new("async () => { try { await store.find('s3cr3t') } catch (e) { return e.message } }")
+            .provider(codemode_executor::ProviderDescriptor::new("store", ["find"]))
+            .dispatch(dispatch);
     assert_eq!(remote.execute(called).await.to_json_string(), r#"{"result":"no such user","logs":[]}"#);
     drop(remote);
     drop(child);
@@ -166,7 +167,10 @@ async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_jso
     assert_eq!(calls[0]["level"], "DEBUG");
     assert_eq!(calls[0]["error"], true);
     assert!(calls[0]["duration_ms"].as_f64().unwrap() > 0.0);
-    assert_eq!(calls[0]["span"], serde_json::json!({"name": "call", "call": 1, "provider": "store", "tool": "find"}));
+    assert_eq!(
+        calls[0]["span"],
+        serde_json::json!({"name": "call", "call": 1, "provider": "store", "tool": "find"})
+    );
     assert_eq!(calls[0]["spans"][1], serde_json::json!({"name": "execution", "id": 3}));
     let all = lines.iter().map(|l| l.to_string()).collect::<String>();
     assert!(!all.contains("s3cr3t") && !all.contains("no such user"), "{all}");
