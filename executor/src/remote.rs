@@ -10,6 +10,9 @@
 //! outcome frame longer than the bound ends its own execution `resultTooLarge`, the
 //! connection's other executions going on.
 //!
+//! A daemon that reads nothing is read no more once [`MAX_QUEUED_BYTES`] of answers wait
+//! for it, so a stuck or hostile daemon cannot grow the host.
+//!
 //! The client remembers where and how it connected: the execute after a lost connection
 //! connects again. Executes pending when the daemon closed an idle connection never
 //! started there, so they are sent again once on the new connection.
@@ -39,6 +42,10 @@ use crate::wire::{
 
 /// How long past a run's own timeout the client waits before it gives the run up.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
+
+/// Bytes of answers waiting for a daemon that does not read, past which the client reads
+/// nothing more from it until it does: a frame (at most the frame bound) more at most.
+pub(crate) const MAX_QUEUED_BYTES: usize = 4 << 20;
 
 /// The default timeout the client assumes when a request sets none (the daemon's default).
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,6 +79,22 @@ struct Outgoing {
 }
 
 impl Outgoing {
+    /// Whether answers waiting for the daemon hold [`MAX_QUEUED_BYTES`] or more.
+    fn is_full(&self) -> bool {
+        self.writer.queued().load(Ordering::Acquire) >= MAX_QUEUED_BYTES
+    }
+
+    /// Once the queue is under its bound, or the writer has stopped.
+    async fn room(&self) {
+        let drained = self.writer.drained();
+        tokio::pin!(drained);
+        // Registered before the check, so a drain between the two is not missed.
+        drained.as_mut().enable();
+        if self.is_full() && !self.writer.is_closed() {
+            drained.await;
+        }
+    }
+
     /// Send `message`; `false` when it is longer than the bound (nothing is sent).
     fn send(&self, message: &ClientMessage) -> bool {
         match encode_frame(message, self.max_frame_bytes) {
@@ -433,6 +456,14 @@ impl Target {
         tokio::spawn(async move {
             let connection = reader_connection;
             let ended = loop {
+                // A daemon that does not read its answers stops being read (so sends no
+                // more calls): what waits for it here stays under the bound.
+                if connection.out.is_full() {
+                    tokio::select! {
+                        () = connection.out.room() => continue,
+                        () = connection.closed.cancelled() => break Ended::Lost,
+                    }
+                }
                 let frame = tokio::select! {
                     frame = frames.next::<_, ServerMessage>(&mut read) => frame,
                     () = connection.closed.cancelled() => break Ended::Lost,

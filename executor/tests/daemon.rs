@@ -1001,3 +1001,43 @@ async fn a_socket_that_cannot_be_bound_is_named_as_given() {
         "cannot listen on /nonexistent-codemode-dir/d.sock: No such file or directory (os error 2)"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_that_reads_no_answers_stops_being_read_and_the_host_stays_bounded() {
+    // A fake daemon: it answers the hello, then floods calls and never reads again.
+    let path = temp("sock");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    let flood = tokio::spawn(async move {
+        let (stream, _) = listener.accept().await.unwrap();
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        lines.next_line().await.unwrap();
+        write.write_all(format!("{HELLO}\n").as_bytes()).await.unwrap();
+        lines.next_line().await.unwrap();
+        let mut calls = String::new();
+        for call in 1..=2000 {
+            calls.push_str(&format!(
+                "{{\"type\":\"call\",\"execution\":1,\"call\":{call},\"provider\":\"store\",\"tool\":\"find\",\"argsJson\":\"[]\"}}\n"
+            ));
+        }
+        write.write_all(calls.as_bytes()).await.unwrap();
+        (lines, write)
+    });
+    let remote = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await.unwrap();
+    let dispatched = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = dispatched.clone();
+    let dispatch = move |_: ToolCall| {
+        counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        async { format!(r#"{{"result":"{}"}}"#, "a".repeat(64 << 10)) }
+    };
+    let run = tokio::spawn(async move {
+        remote.execute(Request::new("async () => store.find()").provider(store()).dispatch(dispatch)).await
+    });
+    let _held = flood.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // 4 MiB of 64 KiB answers wait, a few more sit in the socket: then nothing is read.
+    let answered = dispatched.load(std::sync::atomic::Ordering::Relaxed);
+    assert!((64..200).contains(&answered), "{answered} of 2000 calls dispatched");
+    run.abort();
+    let _ = std::fs::remove_file(&path);
+}
