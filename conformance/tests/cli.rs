@@ -81,7 +81,7 @@ fn codemode_binary() -> std::path::PathBuf {
     let binary = exe.parent().and_then(std::path::Path::parent).unwrap().join("codemode");
     if !binary.exists() {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "codemode-executor", "--bin", "codemode"])
+            .args(["build", "-p", "codemode-cli", "--bin", "codemode"])
             .status()
             .unwrap();
         assert!(status.success(), "building the codemode binary failed");

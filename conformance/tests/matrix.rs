@@ -149,15 +149,7 @@ fn build_codemode() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let release = exe.ancestors().nth(2).and_then(Path::file_name).is_some_and(|name| name == "release");
     let mut command = std::process::Command::new(env!("CARGO"));
-    command.args([
-        "build",
-        "--quiet",
-        "-p",
-        "codemode-executor",
-        "--bin",
-        "codemode",
-        "--message-format=json",
-    ]);
+    command.args(["build", "--quiet", "-p", "codemode-cli", "--bin", "codemode", "--message-format=json"]);
     if cfg!(feature = "v8") {
         command.args(["--features", "v8"]);
     }

@@ -40,10 +40,8 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
-    let command = codemode_executor::WorkerCommand {
-        program: env!("CARGO_BIN_EXE_codemode").into(),
-        args: vec!["stdio".into()],
-    };
+    let command =
+        codemode_executor::WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 1,
         isolation: codemode_executor::Isolation::Process(command),

@@ -113,8 +113,7 @@ fn over_daemon(rt: &tokio::runtime::Runtime) -> Duration {
 
 /// One call under process isolation (a `codemode stdio` worker process).
 fn under_isolation(rt: &tokio::runtime::Runtime) -> Duration {
-    let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
+    let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 1,
         isolation: Isolation::Process(command),
@@ -257,7 +256,7 @@ impl Drop for Served {
 fn serve() -> (Served, PathBuf) {
     let path = std::env::temp_dir().join(format!("codemode-bench-daemon-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+    let child = Command::new(common::codemode_binary())
         .args(["serve", "--listen", &format!("unix:{}", path.display())])
         .stderr(Stdio::null())
         .spawn()

@@ -170,12 +170,6 @@ macro_rules! overlay {
 }
 
 impl ServeConfig {
-    /// Read a TOML text; the error names the line and the key.
-    #[cfg(feature = "cli")]
-    pub fn from_toml(text: &str) -> Result<ServeConfig, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
-    }
-
     /// This configuration with every field `flags` sets taking its place.
     pub fn overridden_by(mut self, flags: &ServeConfig) -> ServeConfig {
         overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format, log_level]);

@@ -4,11 +4,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
-use codemode_executor::{
-    CallContext, Execute, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor, Request, Toolbox,
-    WorkerCommand,
-};
+use codemode_executor::{CallContext, Provider, Request, Toolbox};
 use codemode_protocol::{Bytes, Dispatch, ToolCall};
 use serde::{Deserialize, Serialize};
 use support::{json, run};
@@ -253,35 +249,4 @@ async fn an_ended_execution_is_refused_and_unrouted_calls_reach_a_fallback() {
         .toolbox(&toolbox))
     .await;
     assert_eq!(json(&outcome), r#"{"result":["1.2","other.thing [1]"],"logs":[]}"#);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_executor_serves_the_toolbox_from_this_process() {
-    let path = std::env::temp_dir().join(format!("codemode-toolbox-{}.sock", std::process::id()));
-    let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(path.clone()))).await.unwrap();
-    let address = daemon.address().to_string();
-    tokio::spawn(daemon.serve(Executor::default()));
-    let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    let executors: Vec<(&str, Box<dyn Execute>)> = vec![
-        ("in-process", Box::new(Executor::default())),
-        (
-            "process isolation",
-            Box::new(Executor::new(ExecutorConfig {
-                workers: 1,
-                isolation: Isolation::Process(command),
-                ..Default::default()
-            })),
-        ),
-        ("daemon", Box::new(RemoteExecutor::connect(&address, None).await.unwrap())),
-    ];
-    let code = "async () => [await store.add(1, 2), await store.findUser('ada', 1)]";
-    for (name, executor) in &executors {
-        assert_eq!(
-            json(&executor.execute(Request::new(code).toolbox(&shop())).await),
-            r#"{"result":[3,{"id":"ada","orders":[1]}],"logs":[]}"#,
-            "{name}"
-        );
-    }
-    let _ = std::fs::remove_file(path);
 }

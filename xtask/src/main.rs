@@ -94,24 +94,17 @@ fn ci() -> Result<(), String> {
         "clippy",
         "-p",
         "codemode-executor",
+        "-p",
+        "codemode-cli",
         "--features",
-        "mcp",
+        "codemode-executor/mcp,codemode-cli/mcp",
         "--all-targets",
         "--",
         "-D",
         "warnings",
     ])?;
-    cargo(&[
-        "test",
-        "-p",
-        "codemode-executor",
-        "--features",
-        "mcp",
-        "--test",
-        "mcp_upstream",
-        "--test",
-        "mcp_serve",
-    ])?;
+    cargo(&["test", "-p", "codemode-executor", "--features", "mcp", "--test", "mcp_upstream"])?;
+    cargo(&["test", "-p", "codemode-cli", "--features", "mcp", "--test", "mcp_serve"])?;
     cargo(&["test", "-p", "codemode-executor", "--features", "mcp", "--doc"])?;
     // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
     // and only where its prebuilt library is at hand.
@@ -125,9 +118,11 @@ fn ci() -> Result<(), String> {
         "-p",
         "codemode-executor",
         "-p",
+        "codemode-cli",
+        "-p",
         "codemode-conformance",
         "--features",
-        "codemode-executor/v8,codemode-conformance/v8",
+        "codemode-executor/v8,codemode-cli/v8,codemode-conformance/v8",
         "--lib",
         "--tests",
         "--",
@@ -135,7 +130,8 @@ fn ci() -> Result<(), String> {
         "warnings",
     ])?;
     eprintln!("xtask: the engine suite on every engine built in, V8 included, and the CLI with --engine v8");
-    cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines", "--test", "cli"])?;
+    cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
+    cargo(&["test", "-p", "codemode-cli", "--features", "v8", "--test", "cli"])?;
     eprintln!(
         "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"
     );

@@ -90,6 +90,39 @@ fn the_protocol_crate_depends_on_no_runtime_engine_or_io_crate() {
     );
 }
 
+/// The names in the normal dependency tree of `package` built with `args` (features).
+fn normal_dependencies(package: &str, args: &[&str]) -> Vec<String> {
+    let output = Command::new(env!("CARGO"))
+        .args(["tree", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}"])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("cargo tree runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let tree = String::from_utf8(output.stdout).unwrap();
+    let mut names: Vec<String> =
+        tree.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_owned).collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[test]
+fn a_library_user_of_the_executor_builds_no_cli_store_or_subscriber() {
+    let forbidden = ["clap", "rusqlite", "libsqlite3-sys", "toml", "tracing-subscriber"];
+    let names = normal_dependencies("codemode-executor", &[]);
+    let found: Vec<&String> = names.iter().filter(|n| forbidden.contains(&n.as_str())).collect();
+    assert!(
+        found.is_empty(),
+        "codemode-executor's default build depends on {found:?}: put it behind a feature"
+    );
+    // The CLI package is where they are.
+    let cli = normal_dependencies("codemode-cli", &[]);
+    for name in ["clap", "rusqlite", "toml", "tracing-subscriber"] {
+        assert!(cli.iter().any(|n| n == name), "codemode-cli builds {name}");
+    }
+}
+
 #[test]
 fn readme_has_two_commands_and_ci_runs_the_test_command() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();

@@ -26,3 +26,41 @@ pub(crate) fn echo_bytes() -> Request {
         result_envelope(&bytes).unwrap_or_default()
     })
 }
+
+/// The `codemode` binary (package `codemode-cli`) in this bench's profile, built here once:
+/// a bench cannot name another package's binary, and process isolation and the daemon need one.
+pub(crate) fn codemode_binary() -> std::path::PathBuf {
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("the bench's path");
+            let release =
+                exe.ancestors().nth(2).and_then(std::path::Path::file_name).is_some_and(|n| n == "release");
+            let mut cargo = std::process::Command::new(env!("CARGO"));
+            cargo.args([
+                "build",
+                "--quiet",
+                "-p",
+                "codemode-cli",
+                "--bin",
+                "codemode",
+                "--message-format=json",
+            ]);
+            if release {
+                cargo.arg("--release");
+            }
+            let output = cargo.output().expect("cargo runs");
+            assert!(
+                output.status.success(),
+                "building codemode failed:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|message| message["target"]["name"] == "codemode")
+                .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+                .expect("cargo built the codemode executable")
+        })
+        .clone()
+}

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
 use codemode_executor::{
-    Execute, Executor, ExecutorConfig, Isolation, RemoteExecutor, Request, WorkerCommand,
+    Execute, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor, Request, Toolbox, WorkerCommand,
 };
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 use support::json;
@@ -94,6 +94,38 @@ async fn no_execution_is_lost_on_any_transport() {
                 .await;
             assert_eq!(json(&outcome), r#"{"result":780,"logs":[]}"#, "{name}, run {run} of 40 calls");
         }
+    }
+    let _ = std::fs::remove_file(socket);
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct FindUser {
+    id: String,
+    limit: Option<u32>,
+}
+
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct User {
+    id: String,
+    orders: Vec<u32>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_transport_serves_a_toolbox_from_this_process() {
+    let toolbox = Toolbox::new([Provider::new("store")
+        .tool("findUser", "Find a user by id.", |FindUser { id, limit }: FindUser, _| async move {
+            Ok::<_, String>(User { id, orders: (1..=limit.unwrap_or(0)).collect() })
+        })
+        .sync_tool("add", "Add two numbers.", |(a, b): (f64, f64), _| Ok::<_, String>(a + b))])
+    .unwrap();
+    let (executors, socket) = transports("toolbox").await;
+    let code = "async () => [await store.add(1, 2), await store.findUser('ada', 1)]";
+    for (name, executor) in &executors {
+        assert_eq!(
+            json(&executor.execute(Request::new(code).toolbox(&toolbox)).await),
+            r#"{"result":[3,{"id":"ada","orders":[1]}],"logs":[]}"#,
+            "{name}"
+        );
     }
     let _ = std::fs::remove_file(socket);
 }

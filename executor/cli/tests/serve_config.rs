@@ -9,6 +9,11 @@ use codemode_executor::{
     EngineKind, Isolation, IsolationKind, Limits, LogFormat, RemoteExecutor, Request, ServeConfig,
 };
 
+/// What `codemode serve --config` does with the file's text.
+fn from_toml(text: &str) -> Result<ServeConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string())
+}
+
 const FILE: &str = r#"
 listen = "unix:/tmp/codemode.sock"
 log_format = "json"
@@ -34,7 +39,7 @@ max_live_executions = 40
 
 #[test]
 fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
-    let config = ServeConfig::from_toml(FILE).unwrap();
+    let config = from_toml(FILE).unwrap();
     assert_eq!(config.log_format, Some(LogFormat::Json));
     assert_eq!(config.log_level, None, "info unless set");
     assert_eq!(config.executor.isolation, Some(IsolationKind::Process));
@@ -62,9 +67,8 @@ fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
 
 #[test]
 fn flags_win_over_the_file() {
-    let file = ServeConfig::from_toml(FILE).unwrap();
-    let flags =
-        ServeConfig::from_toml("[limits]\ntimeout_ms = 3000\n[connections]\nmax_connections = 2").unwrap();
+    let file = from_toml(FILE).unwrap();
+    let flags = from_toml("[limits]\ntimeout_ms = 3000\n[connections]\nmax_connections = 2").unwrap();
     let config = file.overridden_by(&flags);
     let executor = config.executor_config("codemode".into()).unwrap();
     assert_eq!(executor.limits.timeout, Duration::from_secs(3));
@@ -75,7 +79,7 @@ fn flags_win_over_the_file() {
 #[test]
 fn what_cannot_run_is_refused_with_what_to_change() {
     let refused = |text: &str| {
-        let config = ServeConfig::from_toml(text)?;
+        let config = from_toml(text)?;
         config.executor_config("codemode".into()).map(|_| ())
     };
     assert_eq!(
@@ -148,9 +152,24 @@ async fn a_daemon_from_a_config_file_holds_requests_to_its_ceilings_and_logs_jso
             .dispatch(dispatch);
     assert_eq!(remote.execute(called).await.to_json_string(), r#"{"result":"no such user","logs":[]}"#);
     drop(remote);
+    // The client has its outcome before the daemon logs the end: read until the three ends
+    // are logged (bounded), and only then stop the daemon.
+    let (sender, lines_read) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in log.map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut lines: Vec<serde_json::Value> = Vec::new();
+    while lines.iter().filter(|l| l["message"] == "execution ended").count() < 3 {
+        match lines_read.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => lines.extend(serde_json::from_str(&line).ok()),
+            Err(_) => break,
+        }
+    }
     drop(child);
-    let lines: Vec<serde_json::Value> =
-        log.map_while(Result::ok).filter_map(|line| serde_json::from_str(&line).ok()).collect();
     let ended: Vec<&serde_json::Value> = lines.iter().filter(|l| l["message"] == "execution ended").collect();
     assert_eq!(ended.len(), 3, "{lines:?}");
     assert_eq!(ended[0]["outcome"], "timeout");

@@ -157,7 +157,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| format!("cannot read the config file {}: {e}", path.display()))?;
-            ServeConfig::from_toml(&text).map_err(|e| format!("the config file {}: {e}", path.display()))?
+            from_toml(&text).map_err(|e| format!("the config file {}: {e}", path.display()))?
         }
     };
     let config = file.overridden_by(&args.as_config());
@@ -174,6 +174,11 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
         let daemon = Daemon::bind_with(daemon_config, limits).await?;
         daemon.serve(Executor::new(executor_config)).await
     })
+}
+
+/// Read a config file's TOML text; the error names the line and the key.
+pub(crate) fn from_toml(text: &str) -> Result<ServeConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string())
 }
 
 /// Events at `level` and above to stderr, as text

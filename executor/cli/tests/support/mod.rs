@@ -1,0 +1,78 @@
+//! Helpers shared by the CLI package's tests (a copy of the executor's own): a recording
+//! dispatch and outcome shorthands.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::sync::{Arc, Mutex};
+
+use codemode_executor::{EngineKind, Executor, ExecutorConfig, Outcome, Request};
+use codemode_protocol::ToolCall;
+
+/// The outcome in the codec's JSON form.
+pub fn json(outcome: &Outcome) -> String {
+    outcome.to_json_string()
+}
+
+/// Run `request` on a shared executor.
+pub async fn run(request: Request) -> Outcome {
+    executor().execute(request).await
+}
+
+/// The environment variable naming the engine the suite runs on (`quickjs`, `v8`).
+pub const ENGINE_VARIABLE: &str = "CODEMODE_TEST_ENGINE";
+
+/// The engine these tests run on: QuickJS unless `CODEMODE_TEST_ENGINE` names another.
+pub fn engine() -> EngineKind {
+    match std::env::var(ENGINE_VARIABLE) {
+        Ok(name) => name.parse().unwrap_or_else(|e| panic!("{ENGINE_VARIABLE}: {e}")),
+        Err(_) => EngineKind::QuickJs,
+    }
+}
+
+/// The default config on the suite's engine.
+pub fn config() -> ExecutorConfig {
+    ExecutorConfig { engine: engine(), ..ExecutorConfig::default() }
+}
+
+pub fn executor() -> Executor {
+    static EXECUTOR: std::sync::OnceLock<Executor> = std::sync::OnceLock::new();
+    EXECUTOR.get_or_init(|| Executor::new(config())).clone()
+}
+
+/// Every call a dispatch saw, in arrival order.
+#[derive(Clone, Default)]
+pub struct Recorder {
+    calls: Arc<Mutex<Vec<ToolCall>>>,
+}
+
+impl Recorder {
+    pub fn record(&self, call: &ToolCall) {
+        self.calls.lock().unwrap().push(call.clone());
+    }
+
+    pub fn calls(&self) -> Vec<(String, String, String)> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| (c.provider.clone(), c.tool.clone(), c.args_json.clone()))
+            .collect()
+    }
+
+    /// A dispatch that records each call and answers with `answer(call)`.
+    pub fn dispatch(
+        &self,
+        answer: impl Fn(&ToolCall) -> String + Send + Sync + 'static,
+    ) -> impl codemode_protocol::Dispatch {
+        let recorder = self.clone();
+        move |call: ToolCall| {
+            recorder.record(&call);
+            let text = answer(&call);
+            async move { text }
+        }
+    }
+}
+
+pub fn triple(p: &str, t: &str, a: &str) -> (String, String, String) {
+    (p.to_owned(), t.to_owned(), a.to_owned())
+}
