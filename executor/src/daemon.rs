@@ -15,16 +15,14 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::{TcpListener, UnixListener};
-use tokio_rustls::TlsAcceptor;
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tracing::Instrument;
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 
 use crate::Executor;
+use crate::tls::Acceptor as TlsAcceptor;
+pub use crate::tls::{RemoteTls, TlsFiles};
 use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_with};
 
 /// Connections open at once by default (authenticated or not).
@@ -74,15 +72,6 @@ impl std::fmt::Display for Address {
             Address::Tcp(host) => write!(f, "tcp:{host}"),
         }
     }
-}
-
-/// The certificate and key a TCP daemon serves TLS with (PEM files).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TlsFiles {
-    /// The certificate chain.
-    pub cert: PathBuf,
-    /// The private key.
-    pub key: PathBuf,
 }
 
 /// How a daemon runs.
@@ -192,15 +181,6 @@ impl Default for RemoteOptions {
     }
 }
 
-/// The daemon's TLS as the client verifies it.
-#[derive(Clone, Debug)]
-pub struct RemoteTls {
-    /// The CA the daemon's certificate must chain to (PEM).
-    pub ca: PathBuf,
-    /// The name the certificate must carry.
-    pub server_name: String,
-}
-
 enum Listener {
     Unix(UnixListener, PathBuf),
     Tcp(TcpListener, Option<TlsAcceptor>),
@@ -239,7 +219,7 @@ impl Daemon {
                     return Err("a TCP daemon requires a token: give --token-file".to_owned());
                 }
                 let tls = match &config.tls {
-                    Some(files) => Some(acceptor(files)?),
+                    Some(files) => Some(TlsAcceptor::new(files)?),
                     None => None,
                 };
                 let listener =
@@ -433,20 +413,4 @@ fn bind_owner_only(path: &Path) -> Result<UnixListener, String> {
     std::fs::rename(&staging, path)
         .map_err(|e| format!("cannot move the socket to {}: {e}", path.display()))?;
     Ok(listener)
-}
-
-fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&files.cert)
-        .and_then(|certs| certs.collect())
-        .map_err(|e| format!("cannot read the certificate {}: {e}", files.cert.display()))?;
-    let key = PrivateKeyDer::from_pem_file(&files.key)
-        .map_err(|e| format!("cannot read the private key {}: {e}", files.key.display()))?;
-    let config =
-        rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .map_err(|e| format!("the certificate and key do not make a TLS configuration: {e}"))?;
-    Ok(TlsAcceptor::from(Arc::new(config)))
 }

@@ -42,6 +42,7 @@ mod remote;
 mod request;
 mod runtime;
 mod serve_config;
+pub mod tls;
 pub mod toolbox;
 mod watchdog;
 pub mod wire;

@@ -27,14 +27,12 @@ use codemode_protocol::wire::{ClientMessage, FetchAnswer, Hello, ProtocolErrorKi
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, error_envelope, texts};
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::oneshot;
-use tokio_rustls::rustls;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
 use tokio_util::sync::CancellationToken;
 
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::request::Request;
+use crate::tls::Connector;
 use crate::wire::{
     FrameError, FrameHead, FrameReader, FrameWriter, QuietStream, encode_frame, too_large_outcome,
     write_message,
@@ -148,7 +146,7 @@ impl Connection {
 struct Target {
     address: Address,
     token: Option<String>,
-    tls: Option<(tokio_rustls::TlsConnector, ServerName<'static>)>,
+    tls: Option<Connector>,
     max_frame_bytes: usize,
     connect_timeout: Duration,
 }
@@ -202,7 +200,7 @@ impl RemoteExecutor {
         let tls = match (&options.tls, &address) {
             (None, _) => None,
             (Some(_), Address::Unix(_)) => return Err("TLS is for tcp:HOST:PORT addresses".to_owned()),
-            (Some(tls), Address::Tcp(_)) => Some(connector(tls)?),
+            (Some(tls), Address::Tcp(_)) => Some(Connector::new(tls)?),
         };
         let target = Target {
             address,
@@ -354,24 +352,6 @@ impl Drop for CancelOnDrop {
     }
 }
 
-fn connector(tls: &RemoteTls) -> Result<(tokio_rustls::TlsConnector, ServerName<'static>), String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(&tls.ca)
-        .map_err(|e| format!("cannot read the CA {}: {e}", tls.ca.display()))?
-    {
-        roots.add(cert.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    }
-    let config =
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    let name =
-        ServerName::try_from(tls.server_name.clone()).map_err(|e| format!("{:?}: {e}", tls.server_name))?;
-    Ok((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
-}
-
 impl Target {
     /// A new connection, its hello answered.
     async fn open(&self) -> Result<Arc<Connection>, String> {
@@ -391,9 +371,9 @@ impl Target {
                     let _ = stream.set_nodelay(true);
                     match &self.tls {
                         None => self.start(stream).await,
-                        Some((connector, name)) => {
+                        Some(connector) => {
                             let stream = connector
-                                .connect(name.clone(), stream)
+                                .connect(stream)
                                 .await
                                 .map_err(|e| format!("TLS with {host} failed: {e}"))?;
                             self.start(stream).await

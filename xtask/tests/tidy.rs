@@ -108,8 +108,17 @@ fn normal_dependencies(package: &str, args: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn a_library_user_of_the_executor_builds_no_cli_store_or_subscriber() {
-    let forbidden = ["clap", "rusqlite", "libsqlite3-sys", "toml", "tracing-subscriber"];
+fn a_library_user_of_the_executor_builds_no_cli_store_subscriber_or_tls() {
+    let forbidden = [
+        "clap",
+        "rusqlite",
+        "libsqlite3-sys",
+        "toml",
+        "tracing-subscriber",
+        "rustls",
+        "tokio-rustls",
+        "ring",
+    ];
     let names = normal_dependencies("codemode-executor", &[]);
     let found: Vec<&String> = names.iter().filter(|n| forbidden.contains(&n.as_str())).collect();
     assert!(
@@ -118,7 +127,7 @@ fn a_library_user_of_the_executor_builds_no_cli_store_or_subscriber() {
     );
     // The CLI package is where they are.
     let cli = normal_dependencies("codemode-cli", &[]);
-    for name in ["clap", "rusqlite", "toml", "tracing-subscriber"] {
+    for name in ["clap", "rusqlite", "toml", "tracing-subscriber", "tokio-rustls"] {
         assert!(cli.iter().any(|n| n == name), "codemode-cli builds {name}");
     }
 }
