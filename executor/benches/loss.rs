@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (daemon, path) = serve();
     let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
+        WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 2,
         isolation: Isolation::Process(command),
@@ -120,7 +120,7 @@ impl Drop for Served {
 fn serve() -> (Served, PathBuf) {
     let path = std::env::temp_dir().join(format!("codemode-bench-loss-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+    let child = Command::new(common::codemode_binary())
         .args(["serve", "--listen", &format!("unix:{}", path.display())])
         .stderr(Stdio::null())
         .spawn()
