@@ -152,7 +152,8 @@ impl Implementation for Subprocess {
                 line
             };
             stdin
-                .write_all(send(ClientMessage::Hello(Hello::current())).as_bytes())
+                // The transcripts are version 1's behaviour, which every version keeps.
+                .write_all(send(ClientMessage::Hello(Hello::version(1))).as_bytes())
                 .await
                 .map_err(|e| e.to_string())?;
             let retain = request.retain_handles;

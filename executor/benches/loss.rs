@@ -25,8 +25,7 @@ fn main() -> ExitCode {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (daemon, path) = serve();
-    let command =
-        WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
+    let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 2,
         isolation: Isolation::Process(command),

@@ -10,7 +10,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
@@ -192,6 +192,7 @@ pub struct Daemon {
     config: DaemonConfig,
     limits: DaemonLimits,
     address: Address,
+    health: DaemonHealth,
 }
 
 impl Daemon {
@@ -233,7 +234,7 @@ impl Daemon {
                 (Listener::Tcp(listener, tls), Address::Tcp(local.to_string()))
             }
         };
-        Ok(Daemon { listener, config, limits, address })
+        Ok(Daemon { listener, config, limits, address, health: DaemonHealth::default() })
     }
 
     /// The address it listens on (a TCP port 0 resolved).
@@ -241,13 +242,81 @@ impl Daemon {
         &self.address
     }
 
+    /// What probes read: ready, draining, and whether the daemon's runtime still runs.
+    pub fn health(&self) -> DaemonHealth {
+        self.health.clone()
+    }
+
     /// Accept connections until the process ends, serving `executor` on each. A failed
     /// accept is logged and retried; it never ends the daemon.
     pub async fn serve(self, executor: Executor) -> Result<(), String> {
-        let connections = AtomicU64::new(0);
+        self.serve_until(executor, std::future::pending(), Duration::MAX).await
+    }
+
+    /// Serve as [`Daemon::serve`] until `drain` completes, then drain: stop accepting,
+    /// tell every connection (a version 2 client gets a `draining` message), refuse every
+    /// later execute, and let the executions admitted run to their outcomes for up to
+    /// `drain_timeout`; any still live then end with [`texts::DAEMON_SHUT_DOWN`]. Returns
+    /// once every connection has closed (or a grace after the timeout).
+    pub async fn serve_until(
+        self,
+        executor: Executor,
+        drain: impl std::future::Future<Output = ()>,
+        drain_timeout: Duration,
+    ) -> Result<(), String> {
         let open = Arc::new(AtomicUsize::new(0));
         let live = SharedExecutions::new(self.limits.max_live_executions);
+        let signal = server::Drain { timeout: drain_timeout, ..server::Drain::default() };
+        let heartbeat = tokio::spawn(beat(self.health.clone()));
+        let engine = executor.config().engine.name();
+        crate::metrics::build_info(engine);
+        crate::metrics::draining(false);
+        crate::metrics::in_flight(0);
+        crate::metrics::connections_open(0);
+        *lock(&self.health.inner.live) = Some(live.clone());
+        self.health.inner.ready.store(true, Ordering::Release);
         tracing::info!(address = %self.address, "listening");
+        tokio::pin!(drain);
+        tokio::select! {
+            () = self.accept_loop(&executor, &open, &live, &signal) => {}
+            () = &mut drain => {}
+        }
+        // Draining: readiness first, then admission closes, under the word that admits.
+        self.health.inner.draining.store(true, Ordering::Release);
+        crate::metrics::draining(true);
+        live.drain();
+        signal.draining.cancel();
+        tracing::info!(live = live.live(), timeout_ms = drain_timeout.as_millis() as u64, "draining");
+        drop(self);
+        let started = tokio::time::Instant::now();
+        let deadline = started.checked_add(drain_timeout);
+        while open.load(Ordering::Acquire) > 0 {
+            if deadline.is_some_and(|at| tokio::time::Instant::now() >= at) {
+                tracing::warn!(live = live.live(), "drain timeout passed; ending what still runs");
+                signal.shut_down.cancel();
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Outcomes of the executions ended at the timeout go out within the close grace.
+        let grace = tokio::time::Instant::now() + Duration::from_secs(2);
+        while open.load(Ordering::Acquire) > 0 && tokio::time::Instant::now() < grace {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        heartbeat.abort();
+        tracing::info!(duration_ms = started.elapsed().as_millis() as u64, "drained");
+        Ok(())
+    }
+
+    /// Accept connections for ever; a failed accept is logged and retried.
+    async fn accept_loop(
+        &self,
+        executor: &Executor,
+        open: &Arc<AtomicUsize>,
+        live: &Arc<SharedExecutions>,
+        signal: &server::Drain,
+    ) {
+        let connections = AtomicU64::new(0);
         let mut backoff = ACCEPT_BACKOFF_MIN;
         loop {
             let accepted = match &self.listener {
@@ -274,7 +343,7 @@ impl Daemon {
                 }
             };
             let connection = connections.fetch_add(1, Ordering::Relaxed) + 1;
-            let Some(slot) = Slot::take(&open, self.limits.max_connections) else {
+            let Some(slot) = Slot::take(open, self.limits.max_connections) else {
                 let reason = texts::DAEMON_BUSY.fill(&[&self.limits.max_connections.to_string()]);
                 stream.refuse_at_once(&reason);
                 tracing::warn!(connection, peer, reason, "refused");
@@ -291,6 +360,7 @@ impl Daemon {
                 max_queued_bytes: self.limits.max_queued_bytes,
                 send_timeout: Some(self.limits.send_timeout),
                 shared_executions: Some(live.clone()),
+                drain: Some(signal.clone()),
             };
             let executor = executor.clone();
             let tls = match &self.listener {
@@ -352,14 +422,79 @@ struct Slot(Arc<AtomicUsize>);
 
 impl Slot {
     fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        let n =
+            open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        crate::metrics::connections_open(n + 1);
         Some(Slot(open.clone()))
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
+        let n = self.0.fetch_sub(1, Ordering::AcqRel);
+        crate::metrics::connections_open(n - 1);
+    }
+}
+
+/// What a daemon's probes read, from any thread: whether it is ready (serving and not
+/// draining), draining, and live (its runtime beat within the last few seconds: a
+/// starved or wedged runtime is caught, a busy one is not).
+#[derive(Clone, Debug, Default)]
+pub struct DaemonHealth {
+    inner: Arc<HealthState>,
+}
+
+#[derive(Debug, Default)]
+struct HealthState {
+    ready: AtomicBool,
+    draining: AtomicBool,
+    /// Milliseconds from `started` to the runtime's last beat.
+    beat: AtomicU64,
+    started: std::sync::OnceLock<std::time::Instant>,
+    live: std::sync::Mutex<Option<Arc<SharedExecutions>>>,
+}
+
+/// How often the runtime beats.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// How long without a beat before the daemon is not live.
+pub const HEARTBEAT_MISSED: Duration = Duration::from_secs(10);
+
+impl DaemonHealth {
+    /// Serving and not draining: `/readyz` answers 200.
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready.load(Ordering::Acquire) && !self.is_draining()
+    }
+
+    /// Draining since a signal.
+    pub fn is_draining(&self) -> bool {
+        self.inner.draining.load(Ordering::Acquire)
+    }
+
+    /// The runtime beat within [`HEARTBEAT_MISSED`] (or has not started yet): `/livez`
+    /// answers 200.
+    pub fn is_live(&self) -> bool {
+        let Some(started) = self.inner.started.get() else { return true };
+        let last = Duration::from_millis(self.inner.beat.load(Ordering::Acquire));
+        started.elapsed().saturating_sub(last) < HEARTBEAT_MISSED
+    }
+
+    /// Executions admitted and not ended.
+    pub fn live_executions(&self) -> usize {
+        lock(&self.inner.live).as_ref().map_or(0, |live| live.live())
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The runtime's heartbeat: a task that only runs when the runtime schedules it.
+async fn beat(health: DaemonHealth) {
+    let started = *health.inner.started.get_or_init(std::time::Instant::now);
+    loop {
+        health.inner.beat.store(started.elapsed().as_millis() as u64, Ordering::Release);
+        tokio::time::sleep(HEARTBEAT).await;
     }
 }
 

@@ -36,6 +36,7 @@ mod executor;
 mod host;
 #[cfg(feature = "mcp")]
 pub mod mcp;
+pub mod metrics;
 mod outbound;
 mod pool;
 mod remote;

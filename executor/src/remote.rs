@@ -59,6 +59,8 @@ enum Ended {
     Lost,
     /// The daemon closed the connection as idle: it read nothing, so the run never started.
     NotStarted,
+    /// The daemon refused it (version 2): it did not start; the text says why.
+    Refused(String),
 }
 
 struct Pending {
@@ -126,6 +128,8 @@ struct Connection {
     out: Outgoing,
     pending: Mutex<HashMap<u64, Pending>>,
     closed: CancellationToken,
+    /// The daemon said it drains: it refuses new executes.
+    draining: CancellationToken,
 }
 
 impl Connection {
@@ -277,6 +281,7 @@ impl RemoteExecutor {
                     again = false;
                     continue;
                 }
+                Ok(Ok(Ended::Refused(text))) => Outcome::failure(OutcomeKind::Internal, text, Vec::new()),
                 Ok(Ok(Ended::Lost | Ended::NotStarted) | Err(_)) => connection_lost(),
                 Err(_) => Outcome::failure(
                     OutcomeKind::Timeout,
@@ -421,6 +426,7 @@ impl Target {
             out: Outgoing { writer, max_frame_bytes: self.max_frame_bytes },
             pending: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
+            draining: CancellationToken::new(),
         });
         let writer_connection = connection.clone();
         tokio::spawn(async move {
@@ -490,7 +496,13 @@ impl Target {
                         break Ended::NotStarted;
                     }
                     ServerMessage::Error(_) => break Ended::Lost,
-                    ServerMessage::Hello(_) => {}
+                    ServerMessage::Refused { execution, message, .. } => {
+                        if let Some(pending) = connection.pending().remove(&execution) {
+                            let _ = pending.done.send(Ended::Refused(message));
+                        }
+                    }
+                    ServerMessage::Draining {} => connection.draining.cancel(),
+                    ServerMessage::Hello(_) | ServerMessage::Pong { .. } => {}
                 }
             };
             connection.close(match ended {

@@ -287,6 +287,16 @@ pub const DAEMON_EXECUTIONS_FULL: Template = Template(
     "The daemon is running its maximum of {limit} executions across all connections. This one did not start; try again when one ends, or on another daemon.",
 );
 
+/// An execute that arrived once the daemon was draining: refused (version 2), or for a
+/// version 1 client the outcome (kind `internal`). It did not start.
+pub const DAEMON_DRAINING: &str =
+    "The daemon is draining and starts no new executions. This one did not start; run it on another daemon.";
+
+/// An execution still live when the daemon's drain timeout passed (kind `internal`).
+pub const DAEMON_SHUT_DOWN: Template = Template(
+    "The daemon shut down before the run ended: its drain timeout of {ms} ms passed. The execution is lost; run it again.",
+);
+
 /// The error frame of a connection whose hello did not arrive in time.
 pub const HELLO_TIMEOUT: Template =
     Template("No hello arrived within {ms} ms of connecting. Send the hello first, at once.");

@@ -15,8 +15,21 @@ use crate::provider::ProviderDescriptor;
 /// The protocol's name in the hello.
 pub const PROTOCOL_NAME: &str = "codemode";
 
-/// The protocol version this crate speaks.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The newest protocol version this crate speaks. Version 2 adds, to version 1's
+/// messages, [`ClientMessage::Ping`] and [`ServerMessage::Pong`], [`ServerMessage::Draining`]
+/// and [`ServerMessage::Refused`].
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest protocol version this crate still speaks.
+pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
+
+/// Which version two peers speak: a client says the newest it speaks in its hello, and
+/// a server that speaks that one or an older one the client also speaks answers with the
+/// version of the connection. `None`: the client's version is older than any this side
+/// speaks.
+pub fn negotiate(client: u32) -> Option<u32> {
+    (client >= OLDEST_PROTOCOL_VERSION).then(|| client.min(PROTOCOL_VERSION))
+}
 
 /// One execution as the wire carries it (the `request` of a transcript).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -283,9 +296,14 @@ pub struct Hello {
 }
 
 impl Hello {
-    /// This crate's hello, without a token.
+    /// This crate's hello, without a token: the newest version it speaks.
     pub fn current() -> Hello {
-        Hello { protocol: PROTOCOL_NAME.to_owned(), version: PROTOCOL_VERSION, token: None }
+        Hello::version(PROTOCOL_VERSION)
+    }
+
+    /// A hello of `version`, without a token.
+    pub fn version(version: u32) -> Hello {
+        Hello { protocol: PROTOCOL_NAME.to_owned(), version, token: None }
     }
 }
 
@@ -330,6 +348,12 @@ pub enum ClientMessage {
         /// The retained execution.
         execution: u64,
     },
+    /// Version 2: asks for a [`ServerMessage::Pong`], so a client learns within its
+    /// keepalive interval that a daemon cut off without closing is gone.
+    Ping {
+        /// Echoed in the pong.
+        id: u64,
+    },
 }
 
 /// What a server (the executor) sends.
@@ -367,6 +391,34 @@ pub enum ServerMessage {
     /// The connection broke a rule or passed a bound of the server's; the server closes
     /// it after this message.
     Error(ProtocolError),
+    /// Version 2: the answer to a [`ClientMessage::Ping`].
+    Pong {
+        /// The ping's id.
+        id: u64,
+    },
+    /// Version 2: the daemon is draining. Executions it admitted run to their outcomes;
+    /// every later execute is [`ServerMessage::Refused`]. Send new work elsewhere.
+    Draining {},
+    /// Version 2: an execute the daemon did not start, so it may run elsewhere: it ran
+    /// nothing and dispatched no call.
+    Refused {
+        /// The execution refused.
+        execution: u64,
+        /// Why.
+        reason: RefusalReason,
+        /// The pinned text saying so.
+        message: String,
+    },
+}
+
+/// Why a daemon refused an execute ([`ServerMessage::Refused`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RefusalReason {
+    /// The daemon is draining.
+    Draining,
+    /// The daemon runs its maximum of executions across all connections.
+    Full,
 }
 
 /// A protocol failure; the message says what was wrong.

@@ -212,6 +212,14 @@ fn the_daemon_bound_texts_are_pinned() {
         "The daemon is running its maximum of 1024 executions across all connections. This one did not start; try again when one ends, or on another daemon."
     );
     assert_eq!(
+        DAEMON_DRAINING,
+        "The daemon is draining and starts no new executions. This one did not start; run it on another daemon."
+    );
+    assert_eq!(
+        DAEMON_SHUT_DOWN.fill(&["125000"]),
+        "The daemon shut down before the run ended: its drain timeout of 125000 ms passed. The execution is lost; run it again."
+    );
+    assert_eq!(
         HELLO_TIMEOUT.fill(&["5000"]),
         "No hello arrived within 5000 ms of connecting. Send the hello first, at once."
     );

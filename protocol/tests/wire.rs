@@ -1,6 +1,8 @@
 //! Wire types: exact JSON both ways.
 
-use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
+use codemode_protocol::wire::{
+    ClientMessage, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage, negotiate,
+};
 use codemode_protocol::{
     Binary, ExecuteRequest, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
 };
@@ -173,10 +175,38 @@ fn a_deep_result_crosses_the_wire() {
 }
 
 #[test]
+fn a_connection_speaks_the_newest_version_both_sides_speak() {
+    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 2));
+    assert_eq!(negotiate(1), Some(1));
+    assert_eq!(negotiate(2), Some(2));
+    assert_eq!(negotiate(7), Some(2), "a newer client is answered with this side's newest");
+    assert_eq!(negotiate(0), None);
+}
+
+#[test]
 fn messages() {
     test_serialization(
-        &ClientMessage::Hello(Hello::current()),
+        &ClientMessage::Hello(Hello::version(1)),
         r#"{"type":"hello","protocol":"codemode","version":1}"#,
+    );
+    test_serialization(
+        &ClientMessage::Hello(Hello::current()),
+        r#"{"type":"hello","protocol":"codemode","version":2}"#,
+    );
+    test_serialization(&ClientMessage::Ping { id: 4 }, r#"{"type":"ping","id":4}"#);
+    test_serialization(&ServerMessage::Pong { id: 4 }, r#"{"type":"pong","id":4}"#);
+    test_serialization(&ServerMessage::Draining {}, r#"{"type":"draining"}"#);
+    test_serialization(
+        &ServerMessage::Refused {
+            execution: 9,
+            reason: RefusalReason::Draining,
+            message: texts::DAEMON_DRAINING.to_owned(),
+        },
+        r#"{"type":"refused","execution":9,"reason":"draining","message":"The daemon is draining and starts no new executions. This one did not start; run it on another daemon."}"#,
+    );
+    test_serialization(
+        &ServerMessage::Refused { execution: 9, reason: RefusalReason::Full, message: "full".into() },
+        r#"{"type":"refused","execution":9,"reason":"full","message":"full"}"#,
     );
     test_serialization(
         &ClientMessage::Answer { execution: 1, call: 2, answer: r#"{"result":1}"#.into() },

@@ -33,13 +33,14 @@ use std::time::{Duration, Instant};
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{
-    ClientMessage, FetchAnswer, Hello, PROTOCOL_NAME, PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind,
-    ServerMessage,
+    ClientMessage, FetchAnswer, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_NAME, PROTOCOL_VERSION,
+    ProtocolError, ProtocolErrorKind, RefusalReason, ServerMessage, negotiate,
 };
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope};
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
@@ -70,6 +71,7 @@ impl<T> Pending<T> {
 
     /// The call's end as an event of its span, after the answer was delivered.
     fn answered(span: tracing::Span, sent: Instant, error: bool) {
+        crate::metrics::call_duration(sent.elapsed());
         span.in_scope(|| tracing::debug!(duration_ms = millis(sent.elapsed()), error, "call answered"));
     }
 }
@@ -180,40 +182,84 @@ pub struct ServeOptions {
     /// execute past its most gets an error outcome of kind `invalid`
     /// ([`texts::DAEMON_EXECUTIONS_FULL`]). `None` counts only this connection's.
     pub shared_executions: Option<Arc<SharedExecutions>>,
+    /// The daemon's drain; `None` never drains.
+    pub drain: Option<Drain>,
 }
 
-/// Executions live across many connections (a daemon's), and the most it runs at once:
-/// each holds a thread and an engine, so the bound is on the daemon's memory.
+/// Executions live across many connections (a daemon's), the most it runs at once (each
+/// holds a thread and an engine, so the bound is on the daemon's memory), and whether it
+/// drains. Admitting an execution and starting the drain change one atomic word, so an
+/// execute is either admitted before the drain (and runs to its outcome) or refused.
 #[derive(Debug)]
 pub struct SharedExecutions {
-    live: AtomicUsize,
+    /// Live executions, and [`DRAINING_BIT`] once draining.
+    state: AtomicUsize,
     max: usize,
 }
+
+/// The bit of [`SharedExecutions::state`] that says the daemon drains.
+const DRAINING_BIT: usize = 1 << (usize::BITS - 1);
 
 impl SharedExecutions {
     /// At most `max` live at once.
     pub fn new(max: usize) -> Arc<SharedExecutions> {
-        Arc::new(SharedExecutions { live: AtomicUsize::new(0), max })
+        Arc::new(SharedExecutions { state: AtomicUsize::new(0), max: max.min(DRAINING_BIT - 1) })
     }
 
     /// Executions live now (running, retained, or with an outcome waiting to be sent).
     pub fn live(&self) -> usize {
-        self.live.load(Ordering::Acquire)
+        self.state.load(Ordering::Acquire) & !DRAINING_BIT
     }
 
-    fn take(self: &Arc<Self>) -> Option<ExecutionSlot> {
+    /// Admit no more executions; those admitted carry on.
+    pub fn drain(&self) {
+        self.state.fetch_or(DRAINING_BIT, Ordering::AcqRel);
+    }
+
+    /// Whether [`SharedExecutions::drain`] was called.
+    pub fn is_draining(&self) -> bool {
+        self.state.load(Ordering::Acquire) & DRAINING_BIT != 0
+    }
+
+    fn take(self: &Arc<Self>) -> Result<ExecutionSlot, RefusalReason> {
         let max = self.max;
-        self.live.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
-        Some(ExecutionSlot(self.clone()))
+        let taken = self.state.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n & DRAINING_BIT == 0 && n < max).then_some(n + 1)
+        });
+        match taken {
+            Ok(n) => {
+                crate::metrics::in_flight(n + 1);
+                Ok(ExecutionSlot(self.clone()))
+            }
+            Err(n) if n & DRAINING_BIT != 0 => Err(RefusalReason::Draining),
+            Err(_) => Err(RefusalReason::Full),
+        }
     }
 }
+
+/// A daemon's drain as each of its connections sees it.
+#[derive(Clone, Debug, Default)]
+pub struct Drain {
+    /// Fired when the drain starts: version 2 clients are told, and a connection with
+    /// nothing live closes.
+    pub draining: CancellationToken,
+    /// Fired when the drain timeout passes: what still runs ends with
+    /// [`texts::DAEMON_SHUT_DOWN`].
+    pub shut_down: CancellationToken,
+    /// The drain timeout, for the text.
+    pub timeout: Duration,
+}
+
+/// How often a draining connection looks whether it is done.
+const DRAIN_POLL: Duration = Duration::from_millis(20);
 
 /// One execution's place among a daemon's; given back when dropped.
 struct ExecutionSlot(Arc<SharedExecutions>);
 
 impl Drop for ExecutionSlot {
     fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::AcqRel);
+        let before = self.0.state.fetch_sub(1, Ordering::AcqRel);
+        crate::metrics::in_flight((before & !DRAINING_BIT) - 1);
     }
 }
 
@@ -229,6 +275,7 @@ impl Default for ServeOptions {
             max_queued_bytes: MAX_QUEUED_BYTES,
             send_timeout: Some(SEND_TIMEOUT),
             shared_executions: None,
+            drain: None,
         }
     }
 }
@@ -315,9 +362,9 @@ where
             }
         },
     };
-    match first {
+    let version = match first {
         Ok(Some(ClientMessage::Hello(hello)))
-            if hello.protocol == PROTOCOL_NAME && hello.version == PROTOCOL_VERSION =>
+            if hello.protocol == PROTOCOL_NAME && negotiate(hello.version).is_some() =>
         {
             if let Some(expected) = &options.token {
                 if !token_matches(hello.token.as_deref(), expected) {
@@ -329,10 +376,11 @@ where
                     return refuse(&mut output, ProtocolErrorKind::Unauthorized, message.to_owned()).await;
                 }
             }
+            negotiate(hello.version).unwrap_or(OLDEST_PROTOCOL_VERSION)
         }
         Ok(Some(ClientMessage::Hello(hello))) => {
             let message = format!(
-                "this server speaks {PROTOCOL_NAME} version {PROTOCOL_VERSION}; the client said {} version {}",
+                "this server speaks {PROTOCOL_NAME} versions {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; the client said {} version {}",
                 hello.protocol, hello.version
             );
             return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
@@ -347,9 +395,11 @@ where
             return refuse(&mut output, ProtocolErrorKind::FrameTooLarge, message).await;
         }
         Err(problem) => return refuse(&mut output, problem.kind(), problem.to_string()).await,
-    }
+    };
     frames.set_max_bytes(options.max_frame_bytes);
-    let (out, mut writer) = Outgoing::start(output, &options);
+    let (out, mut writer) = Outgoing::start(output, &options, version);
+    let drain = options.drain.clone().unwrap_or_default();
+    let mut told_draining = false;
     let mut writer_done = false;
     let waiting: Waiting = Arc::default();
     let fetch_waiting: FetchWaiting = Arc::default();
@@ -369,6 +419,32 @@ where
         // own writes wait. Every branch is safe to drop: `frames` keeps a partial frame.
         let full = out.is_full();
         let frame = tokio::select! {
+            () = drain.draining.cancelled(), if !told_draining => {
+                told_draining = true;
+                if version >= 2 {
+                    let _ = out.push(ServerMessage::Draining {});
+                }
+                continue;
+            }
+            () = tokio::time::sleep(DRAIN_POLL), if told_draining => {
+                if drain.shut_down.is_cancelled() {
+                    // The drain timeout passed: what still runs ends now, with its outcome.
+                    let text = texts::DAEMON_SHUT_DOWN.fill(&[&drain.timeout.as_millis().to_string()]);
+                    for (execution, task) in lock(&running).drain() {
+                        task.abort();
+                        let outcome = Outcome::failure(OutcomeKind::Internal, text.clone(), Vec::new());
+                        let _ = out.push(ServerMessage::Outcome { execution, outcome });
+                        tracing::info!(execution, outcome = "shutdown", "execution ended");
+                        crate::metrics::ended("shutdown");
+                    }
+                    break Ok(());
+                }
+                // Drained: nothing of this connection's is left to finish.
+                if !live() {
+                    break Ok(());
+                }
+                continue;
+            }
             frame = frames.next::<_, ClientMessage>(&mut input), if !full => frame,
             () = out.room(None), if full => {
                 if out.is_closed() {
@@ -403,6 +479,9 @@ where
         out.touch();
         match message {
             ClientMessage::Hello(_) => {}
+            ClientMessage::Ping { id } => {
+                let _ = out.push(ServerMessage::Pong { id });
+            }
             ClientMessage::Execute { execution, request } => {
                 if lock(&running).contains_key(&execution)
                     || lock(&retained).contains_key(&execution)
@@ -422,16 +501,26 @@ where
                 let slot = match &options.shared_executions {
                     None => None,
                     Some(shared) => match shared.take() {
-                        Some(slot) => Some(slot),
-                        None => {
-                            let text = texts::DAEMON_EXECUTIONS_FULL.fill(&[&shared.max.to_string()]);
-                            let outcome = Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
-                            let _ = out.push(ServerMessage::Outcome { execution, outcome });
-                            tracing::warn!(
-                                execution,
-                                limit = shared.max,
-                                "execution refused: the daemon is full"
-                            );
+                        Ok(slot) => Some(slot),
+                        Err(reason) => {
+                            let (message, kind) = match reason {
+                                RefusalReason::Draining => {
+                                    (texts::DAEMON_DRAINING.to_owned(), OutcomeKind::Internal)
+                                }
+                                RefusalReason::Full => (
+                                    texts::DAEMON_EXECUTIONS_FULL.fill(&[&shared.max.to_string()]),
+                                    OutcomeKind::Invalid,
+                                ),
+                            };
+                            tracing::warn!(execution, ?reason, "execution refused");
+                            crate::metrics::ended("refused");
+                            // A version 1 client knows no refusal: for it, an outcome.
+                            let _ = out.push(if version >= 2 {
+                                ServerMessage::Refused { execution, reason, message }
+                            } else {
+                                let outcome = Outcome::failure(kind, message, Vec::new());
+                                ServerMessage::Outcome { execution, outcome }
+                            });
                             continue;
                         }
                     },
@@ -487,6 +576,10 @@ where
                             return;
                         }
                         let kind = out.push_outcome(execution, frame).await;
+                        let engine = executor.config().engine.name();
+                        crate::metrics::ended(kind.as_str());
+                        crate::metrics::execution_duration(engine, started.elapsed());
+                        crate::metrics::engines_live(engine, executor.live_engines());
                         tracing::info!(
                             duration_ms = millis(started.elapsed()),
                             outcome = kind.as_str(),
@@ -521,6 +614,7 @@ where
                     lock(&waiting).retain(|(owner, _), _| *owner != execution);
                     lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
                     tracing::info!(execution, outcome = "cancelled", "execution ended");
+                    crate::metrics::ended(OutcomeKind::Internal.as_str());
                     let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
                     let _ = out.push(ServerMessage::Outcome { execution, outcome });
                 }
@@ -591,12 +685,12 @@ struct Shared {
 
 impl Outgoing {
     /// The queue, and the task writing what waits in it (the server's hello first).
-    fn start<W>(output: W, options: &ServeOptions) -> (Outgoing, JoinHandle<()>)
+    fn start<W>(output: W, options: &ServeOptions, version: u32) -> (Outgoing, JoinHandle<()>)
     where
         W: AsyncWrite + Send + 'static,
     {
         let (writer, written) = FrameWriter::start(output);
-        if let Some(hello) = encode_frame(&ServerMessage::Hello(Hello::current()), usize::MAX) {
+        if let Some(hello) = encode_frame(&ServerMessage::Hello(Hello::version(version)), usize::MAX) {
             writer.send(hello);
         }
         let shared = Arc::new(Shared {
