@@ -238,6 +238,8 @@ def check_rules(check, docs):
     drain_ms = serve.get("drain_timeout_ms")
     ceiling_ms = (serve.get("ceilings") or {}).get("timeout_ms")
     send_ms = (serve.get("connections") or {}).get("send_timeout_ms", 10000)
+    if grace is None:
+        check.fail(f"{dep_where}: terminationGracePeriodSeconds must be set (the default 30 s cuts a drain short)")
     if sleep is None:
         check.fail(f"{dep_where}: lifecycle.preStop.sleep.seconds must be set (endpoints forget the pod first)")
     if ceiling_ms is None:

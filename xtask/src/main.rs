@@ -6,7 +6,8 @@ use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
   ci              cargo fmt --check, clippy with warnings denied, every test, the generated-file drift
-                  check, the conformance suite against the Node peer, the mcp feature's tests
+                  check, the Kubernetes manifests, the conformance suite against the Node peer, the mcp
+                  feature's tests
   schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
                   conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
@@ -86,6 +87,7 @@ fn ci() -> Result<(), String> {
     cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
     cargo(&["test", "--workspace"])?;
     schema(true)?;
+    deploy_manifests()?;
     node_peer()?;
     eprintln!(
         "xtask: the mcp feature: clippy, and its tests against the official MCP servers and TypeScript SDK"
@@ -188,4 +190,22 @@ fn schema(check: bool) -> Result<(), String> {
     } else {
         Err(format!("out of date: {}. Run `cargo xtask schema` and commit the result.", stale.join(", ")))
     }
+}
+
+/// The Kubernetes manifests (executor/deploy/kustomize) against the strict schemas of
+/// Kubernetes 1.30 and 1.37, with kubernetes-validate from PyPI in a virtualenv under the
+/// target directory, and the fleet's rules (docs/deploy.md).
+fn deploy_manifests() -> Result<(), String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root().join("target"), PathBuf::from);
+    let venv = target.join("deploy-venv");
+    let script = root().join("executor/deploy/check_manifests.py");
+    eprintln!("xtask: the Kubernetes manifests ({})", script.display());
+    let status = Command::new("python3")
+        .arg(&script)
+        .arg("--venv")
+        .arg(&venv)
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("could not run python3 (the manifest check needs it): {e}"))?;
+    if status.success() { Ok(()) } else { Err(format!("the manifest check failed ({status})")) }
 }
