@@ -168,7 +168,14 @@ pub struct RemoteOptions {
     /// How long connecting may take (the socket, TLS and the hello). Default
     /// [`CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
+    /// On a version 2 connection, the client pings at half this and takes a connection
+    /// that heard nothing for this long for lost, so a daemon cut off without closing is
+    /// found. `None` never pings. Default [`KEEPALIVE`].
+    pub keepalive: Option<Duration>,
 }
+
+/// How soon a client finds a silent daemon by default.
+pub const KEEPALIVE: Duration = Duration::from_secs(30);
 
 impl Default for RemoteOptions {
     fn default() -> RemoteOptions {
@@ -177,6 +184,7 @@ impl Default for RemoteOptions {
             tls: None,
             max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
             connect_timeout: CONNECT_TIMEOUT,
+            keepalive: Some(KEEPALIVE),
         }
     }
 }

@@ -53,7 +53,7 @@ pub use config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
 pub use execute::{Execute, ExecuteFuture};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
-pub use remote::RemoteExecutor;
+pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
 pub use request::Request;
 pub use serve_config::{
     ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,

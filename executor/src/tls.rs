@@ -71,6 +71,7 @@ mod rustls_on_ring {
     }
 
     /// A client's TLS: the CA it trusts and the name the daemon's certificate must carry.
+    #[derive(Clone)]
     pub(crate) struct Connector(tokio_rustls::TlsConnector, ServerName<'static>);
 
     impl Connector {
@@ -132,6 +133,7 @@ mod not_built {
     }
 
     /// No TLS built in: there is never a connector.
+    #[derive(Clone)]
     pub(crate) enum Connector {}
 
     impl Connector {

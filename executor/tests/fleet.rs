@@ -1,0 +1,273 @@
+//! The remote client over a fleet: it balances over daemons, goes elsewhere when a daemon
+//! refuses or fails before a call reached the host, never runs twice one that dispatched
+//! a call, finds a silent daemon by its keepalive, speaks version 1 to an older daemon,
+//! and follows a DNS name.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use codemode_executor::daemon::{Address, Daemon, DaemonConfig, RemoteOptions};
+use codemode_executor::{Endpoints, Executor, ProviderDescriptor, RemoteExecutor, Request};
+use codemode_protocol::ToolCall;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::oneshot;
+
+fn temp(name: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("codemode-fleet-{}-{n}-{name}", std::process::id()))
+}
+
+/// A daemon in this process; its address, and a sender that starts its drain.
+async fn daemon() -> (String, oneshot::Sender<()>) {
+    let path = temp("sock");
+    let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(path))).await.unwrap();
+    let address = daemon.address().to_string();
+    let (drain, drained) = oneshot::channel::<()>();
+    let until = async move {
+        let _ = drained.await;
+    };
+    tokio::spawn(daemon.serve_until(Executor::default(), until, Duration::from_secs(5)));
+    (address, drain)
+}
+
+/// A fake daemon on a Unix socket: `behave` gets each connection's lines and writer.
+fn fake<F, Fut>(behave: F) -> String
+where
+    F: Fn(
+            tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+            tokio::net::unix::OwnedWriteHalf,
+        ) -> Fut
+        + Send
+        + Sync
+        + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let path = temp("fake");
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (read, write) = stream.into_split();
+            tokio::spawn(behave(BufReader::new(read).lines(), write));
+        }
+    });
+    format!("unix:{}", path.display())
+}
+
+async fn write_line(write: &mut tokio::net::unix::OwnedWriteHalf, line: &str) {
+    let _ = write.write_all(format!("{line}\n").as_bytes()).await;
+}
+
+const HELLO_2: &str = r#"{"type":"hello","protocol":"codemode","version":2}"#;
+
+fn store() -> ProviderDescriptor {
+    ProviderDescriptor::new("store", ["find"])
+}
+
+/// A request whose one call is logged in `log` and answered after `delay`.
+fn finding(log: &Arc<Mutex<Vec<String>>>, delay: Duration) -> Request {
+    let log = log.clone();
+    Request::new("async () => await store.find('x')").provider(store()).dispatch(move |call: ToolCall| {
+        log.lock().unwrap().push(call.args_json);
+        async move {
+            tokio::time::sleep(delay).await;
+            r#"{"result":"found"}"#.to_owned()
+        }
+    })
+}
+
+fn fleet_options() -> RemoteOptions {
+    RemoteOptions { keepalive: Some(Duration::from_millis(400)), ..RemoteOptions::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_spreads_over_the_fleet_by_executions_in_flight() {
+    let (a, _drain_a) = daemon().await;
+    let (b, _drain_b) = daemon().await;
+    let (c, _drain_c) = daemon().await;
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![a, b, c]), fleet_options()).await.unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let runs: Vec<_> = (0..30)
+        .map(|_| {
+            let (remote, request) = (remote.clone(), finding(&log, Duration::from_millis(300)));
+            tokio::spawn(async move { remote.execute(request).await.to_json_string() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let spread: Vec<usize> = remote.endpoints().iter().map(|e| e.in_flight).collect();
+    assert_eq!(spread.iter().sum::<usize>(), 30);
+    // Two choices keep every daemon within a few of the mean of 10.
+    assert!(spread.iter().all(|n| (5..=15).contains(n)), "{spread:?}");
+    for run in runs {
+        assert_eq!(run.await.unwrap(), r#"{"result":"found","logs":[]}"#);
+    }
+    assert_eq!(log.lock().unwrap().len(), 30, "each ran once");
+    assert!(remote.endpoints().iter().all(|e| e.in_flight == 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_daemon_gets_no_new_work_and_a_refused_execute_runs_elsewhere() {
+    let (a, drain_a) = daemon().await;
+    let (b, _drain_b) = daemon().await;
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![a.clone(), b]), fleet_options()).await.unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    // One execution holds daemon `a` open while it drains.
+    let held = {
+        let remote = remote.clone();
+        let request = finding(&log, Duration::from_millis(600));
+        tokio::spawn(async move { remote.execute(request).await.to_json_string() })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drain_a.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..20 {
+        assert_eq!(
+            remote.execute(Request::new("async () => 7")).await.to_json_string(),
+            r#"{"result":7,"logs":[]}"#
+        );
+    }
+    assert_eq!(held.await.unwrap(), r#"{"result":"found","logs":[]}"#);
+    let on_a = remote.endpoints().into_iter().find(|e| e.address == a).unwrap();
+    assert!(on_a.draining || !on_a.connected, "{on_a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_before_any_call_runs_elsewhere_and_lost_after_a_call_never_runs_twice() {
+    // Takes the execute, then closes without a word.
+    let drops = fake(|mut lines, mut write| async move {
+        lines.next_line().await.ok();
+        write_line(&mut write, HELLO_2).await;
+        lines.next_line().await.ok();
+    });
+    let (good, _drain) = daemon().await;
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![drops, good]), fleet_options()).await.unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    for _ in 0..10 {
+        let outcome = remote.execute(finding(&log, Duration::ZERO)).await;
+        assert_eq!(outcome.to_json_string(), r#"{"result":"found","logs":[]}"#);
+    }
+    assert_eq!(log.lock().unwrap().len(), 10, "one dispatch per execute");
+
+    // Sends a call, then closes: the call reached the host, so the run is lost, not moved.
+    let calls_then_drops = fake(|mut lines, mut write| async move {
+        lines.next_line().await.ok();
+        write_line(&mut write, HELLO_2).await;
+        if let Ok(Some(execute)) = lines.next_line().await {
+            let execution: serde_json::Value = serde_json::from_str(&execute).unwrap();
+            let id = &execution["execution"];
+            let call = format!(
+                r#"{{"type":"call","execution":{id},"call":1,"provider":"store","tool":"find","argsJson":"[\"x\"]"}}"#
+            );
+            write_line(&mut write, &call).await;
+            lines.next_line().await.ok();
+        }
+    });
+    let (good, _drain) = daemon().await;
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![calls_then_drops.clone()]), fleet_options())
+            .await
+            .unwrap();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    assert_eq!(
+        remote.execute(finding(&log, Duration::ZERO)).await.to_json_string(),
+        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#
+    );
+    assert_eq!(log.lock().unwrap().len(), 1);
+    drop(good);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_gone_silent_is_found_by_the_keepalive() {
+    // Answers the hello, then reads everything and writes nothing, never closing.
+    let silent = fake(|mut lines, mut write| async move {
+        lines.next_line().await.ok();
+        write_line(&mut write, HELLO_2).await;
+        while let Ok(Some(_)) = lines.next_line().await {}
+        std::future::pending::<()>().await;
+    });
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![silent]), fleet_options()).await.unwrap();
+    let started = std::time::Instant::now();
+    let outcome = remote.execute(Request::new("async () => 1")).await;
+    assert_eq!(
+        outcome.to_json_string(),
+        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#
+    );
+    // A keepalive of 400 ms, checked every 200 ms: found within 600 ms, not the run's 30 s.
+    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_daemon_is_spoken_to_in_version_1() {
+    // As a daemon of version 1 did: any other version is refused.
+    let old = fake(|mut lines, mut write| async move {
+        let Ok(Some(hello)) = lines.next_line().await else { return };
+        if !hello.contains(r#""version":1"#) {
+            let refusal = r#"{"type":"error","kind":"hello","message":"this server speaks codemode version 1; the client said codemode version 2"}"#;
+            write_line(&mut write, refusal).await;
+            return;
+        }
+        write_line(&mut write, r#"{"type":"hello","protocol":"codemode","version":1}"#).await;
+        while let Ok(Some(line)) = lines.next_line().await {
+            assert!(!line.contains(r#""type":"ping""#), "a version 1 daemon gets no ping: {line}");
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["type"] == "execute" {
+                let id = &message["execution"];
+                let outcome = format!(
+                    r#"{{"type":"outcome","execution":{id},"outcome":{{"result":"old","logs":[]}}}}"#
+                );
+                write_line(&mut write, &outcome).await;
+            }
+        }
+    });
+    let remote = RemoteExecutor::connect_with(&old, fleet_options()).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            remote.execute(Request::new("async () => 1")).await.to_json_string(),
+            r#"{"result":"old","logs":[]}"#
+        );
+    }
+    // Long enough for pings, had any been sent.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        remote.execute(Request::new("async () => 1")).await.to_json_string(),
+        r#"{"result":"old","logs":[]}"#
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dns_name_gives_the_fleet_and_unreachable_addresses_are_passed_over() {
+    let daemon = Daemon::bind(DaemonConfig {
+        token: Some("fleet".to_owned()),
+        ..DaemonConfig::new(Address::Tcp("127.0.0.1:0".to_owned()))
+    })
+    .await
+    .unwrap();
+    let Address::Tcp(bound) = daemon.address().clone() else { unreachable!() };
+    let port: u16 = bound.rsplit(':').next().unwrap().parse().unwrap();
+    tokio::spawn(daemon.serve(Executor::default()));
+    let options = RemoteOptions { token: Some("fleet".to_owned()), ..fleet_options() };
+    let dns = Endpoints::Dns { name: "localhost".to_owned(), port, every: Duration::from_millis(200) };
+    let remote = RemoteExecutor::connect_fleet(dns, options).await.unwrap();
+    let addresses: Vec<String> = remote.endpoints().into_iter().map(|e| e.address).collect();
+    assert!(addresses.contains(&format!("tcp:127.0.0.1:{port}")), "{addresses:?}");
+    for _ in 0..10 {
+        assert_eq!(
+            remote.execute(Request::new("async () => 2")).await.to_json_string(),
+            r#"{"result":2,"logs":[]}"#
+        );
+    }
+    let missing = RemoteExecutor::connect_fleet(
+        Endpoints::Dns { name: "no-such-host.invalid".to_owned(), port, every: Duration::from_secs(1) },
+        fleet_options(),
+    )
+    .await
+    .err()
+    .unwrap();
+    assert!(missing.starts_with("cannot resolve no-such-host.invalid: "), "{missing}");
+}
