@@ -15,8 +15,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use codemode_executor::daemon::{RemoteOptions, RemoteTls};
 use codemode_executor::{
-    EngineKind, Executor, ExecutorConfig, Isolation, Provider, Request, Toolbox, WorkerCommand,
+    Endpoints, EngineKind, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor, Request, Toolbox,
+    WorkerCommand,
 };
 use codemode_protocol::ToolTable;
 
@@ -59,6 +61,8 @@ enum Command {
         isolation: IsolationArg,
         #[command(flatten)]
         engine: EngineArg,
+        #[command(flatten)]
+        connect: ConnectArgs,
     },
     /// Print what the model is told about the providers: TypeScript declarations to paste
     /// into a prompt, their JSON Schemas, or the whole code tool.
@@ -158,13 +162,28 @@ fn main() -> ExitCode {
             }
             Err(problem) => usage_error(problem),
         },
-        Command::Run { program, db, fixture, spec, timeout_ms, memory_limit_bytes, isolation, engine } => {
+        Command::Run {
+            program,
+            db,
+            fixture,
+            spec,
+            timeout_ms,
+            memory_limit_bytes,
+            isolation,
+            engine,
+            connect,
+        } => {
             let engine = match engine.kind() {
                 Ok(engine) => engine,
                 Err(problem) => return usage_error(problem),
             };
+            if !connect.connect.is_empty() && isolation == IsolationArg::Process {
+                return usage_error(
+                    "--isolation is the daemon's to choose: drop it when running with --connect".to_owned(),
+                );
+            }
             let sources = Sources { db, fixture, spec };
-            match run(program, sources, timeout_ms, memory_limit_bytes, isolation, engine) {
+            match run(program, sources, timeout_ms, memory_limit_bytes, isolation, engine, connect) {
                 Ok(code) => code,
                 Err(message) => {
                     eprintln!("codemode: {message}");
@@ -247,6 +266,58 @@ fn pretty(value: &serde_json::Value) -> String {
     serde_json::to_string_pretty(value).unwrap_or_default()
 }
 
+/// `run --connect`: the program runs on daemons, its calls answered here.
+#[derive(clap::Args)]
+struct ConnectArgs {
+    /// Run on a daemon instead of here: unix:/path/to.sock, tcp:HOST:PORT, or
+    /// dns:NAME:PORT (every address the name resolves to, resolved again every 5 s).
+    /// Repeat it for a fleet: each run goes to one daemon, chosen by load, and moves to
+    /// another only if none of its calls had reached this host.
+    #[arg(long, value_name = "ADDRESS")]
+    connect: Vec<String>,
+    /// A file holding the daemons' token (TCP daemons require one).
+    #[arg(long, value_name = "FILE", requires = "connect")]
+    token_file: Option<PathBuf>,
+    /// The CA (PEM) the daemons' TLS certificates chain to; TLS for tcp: and dns: addresses.
+    #[arg(long, value_name = "FILE", requires_all = ["connect", "tls_server_name"])]
+    tls_ca: Option<PathBuf>,
+    /// The name the daemons' certificates carry.
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
+}
+
+impl ConnectArgs {
+    fn fleet(&self) -> Result<(Endpoints, RemoteOptions), String> {
+        let token = match &self.token_file {
+            None => None,
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+        };
+        let tls = match (&self.tls_ca, &self.tls_server_name) {
+            (Some(ca), Some(name)) => Some(RemoteTls { ca: ca.clone(), server_name: name.clone() }),
+            _ => None,
+        };
+        let options = RemoteOptions { token, tls, ..RemoteOptions::default() };
+        let dns: Vec<&String> = self.connect.iter().filter(|a| a.starts_with("dns:")).collect();
+        let endpoints = match (dns.as_slice(), self.connect.len()) {
+            ([], _) => Endpoints::Static(self.connect.clone()),
+            ([one], 1) => {
+                let (name, port) = one["dns:".len()..]
+                    .rsplit_once(':')
+                    .and_then(|(name, port)| Some((name.to_owned(), port.parse::<u16>().ok()?)))
+                    .ok_or_else(|| format!("{one:?} is not an address: write dns:NAME:PORT"))?;
+                Endpoints::Dns { name, port, every: Duration::from_secs(5) }
+            }
+            _ => return Err("a dns: address names the whole fleet: give it alone".to_owned()),
+        };
+        Ok((endpoints, options))
+    }
+}
+
 fn run(
     program: PathBuf,
     sources: Sources,
@@ -254,6 +325,7 @@ fn run(
     memory_limit_bytes: Option<usize>,
     isolation: IsolationArg,
     engine: EngineKind,
+    connect: ConnectArgs,
 ) -> Result<ExitCode, String> {
     let code = std::fs::read_to_string(&program).map_err(|e| {
         format!("cannot read the program {}: {e}. Pass the path of a .js file.", program.display())
@@ -288,8 +360,15 @@ fn run(
         config.isolation = Isolation::Process(WorkerCommand { program, args });
         config.workers = 1;
     }
-    let executor = Executor::new(config);
-    let outcome = runtime.block_on(executor.execute(request));
+    let outcome = if connect.connect.is_empty() {
+        runtime.block_on(Executor::new(config).execute(request))
+    } else {
+        let (endpoints, options) = connect.fleet()?;
+        runtime.block_on(async {
+            let remote = RemoteExecutor::connect_fleet(endpoints, options).await?;
+            Ok::<_, String>(remote.execute(request).await)
+        })?
+    };
     println!("{}", outcome.to_json_string());
     Ok(if outcome.error_text().is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

@@ -63,6 +63,62 @@ fn the_main_job_prints_the_top_customers() {
     }
 }
 
+/// A `codemode serve` child on a Unix socket, killed however the test ends.
+struct Served(std::process::Child, PathBuf);
+
+impl Served {
+    fn start(tag: &str) -> Served {
+        let path = std::env::temp_dir().join(format!("codemode-cli-{}-{tag}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["serve", "--listen", &format!("unix:{}", path.display())])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        while std::os::unix::net::UnixStream::connect(&path).is_err() {
+            assert!(started.elapsed() < std::time::Duration::from_secs(10), "the daemon did not start");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Served(child, path)
+    }
+
+    fn address(&self) -> String {
+        format!("unix:{}", self.1.display())
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn the_main_job_runs_the_same_on_a_fleet_of_daemons_its_queries_answered_here() {
+    let (a, b) = (Served::start("a"), Served::start("b"));
+    let output = top_customers(&["--connect", &a.address(), "--connect", &b.address()]);
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+    assert_eq!(output.status.code(), Some(0));
+    // One daemon gone: the run goes to the other.
+    drop(a);
+    let output = top_customers(&["--connect", "unix:/nonexistent/codemode.sock", "--connect", &b.address()]);
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+    let refused = top_customers(&["--connect", &b.address(), "--isolation", "process"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(refused.stderr).unwrap(),
+        "codemode: --isolation is the daemon's to choose: drop it when running with --connect\n"
+    );
+    let none = top_customers(&["--connect", "unix:/nonexistent/codemode.sock"]);
+    assert_eq!(none.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(none.stderr).unwrap(),
+        "codemode: no daemon could be reached: cannot connect to /nonexistent/codemode.sock: No such file or directory (os error 2)\n"
+    );
+}
+
 #[cfg(feature = "v8")]
 #[test]
 fn the_main_job_prints_the_same_top_customers_on_v8() {
