@@ -74,6 +74,8 @@ pub struct EndpointStatus {
     pub address: String,
     /// Executions this client has in flight there.
     pub in_flight: usize,
+    /// Executes this client has sent there, refused ones included.
+    pub sent: u64,
     /// It said it drains.
     pub draining: bool,
     /// A connection is open.
@@ -88,6 +90,7 @@ struct Remote {
     reconnecting: tokio::sync::Mutex<Option<(Instant, String)>>,
     next_execution: AtomicU64,
     in_flight: AtomicUsize,
+    sent: AtomicU64,
     /// When connecting last failed.
     unreachable_at: Mutex<Option<Instant>>,
     /// No longer among the names' addresses: takes no new work.
@@ -102,6 +105,7 @@ impl Remote {
             reconnecting: tokio::sync::Mutex::new(None),
             next_execution: AtomicU64::new(1),
             in_flight: AtomicUsize::new(0),
+            sent: AtomicU64::new(0),
             unreachable_at: Mutex::new(None),
             removed: AtomicBool::new(false),
         })
@@ -151,6 +155,7 @@ impl Remote {
         EndpointStatus {
             address: self.target.address.to_string(),
             in_flight: self.in_flight.load(Ordering::Acquire),
+            sent: self.sent.load(Ordering::Acquire),
             draining: current.as_ref().is_some_and(|c| c.draining.is_cancelled()),
             connected: current.as_ref().is_some_and(|c| !c.closed.is_cancelled()),
         }
@@ -389,6 +394,7 @@ impl RemoteExecutor {
                 Ok(Ok(Ended::NotStarted))
             } else {
                 connection.out.writer.send(frame);
+                remote.sent.fetch_add(1, Ordering::AcqRel);
                 tokio::time::timeout_at(deadline, ended).await
             };
             let reached_host = dispatched.load(Ordering::Acquire);
