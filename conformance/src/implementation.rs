@@ -53,6 +53,13 @@ impl InProcess {
     }
 }
 
+impl InProcess {
+    /// The built-in executor configured as given (process isolation, say), named `name`.
+    pub fn with_executor(name: impl Into<String>, engine: EngineKind, executor: Executor) -> InProcess {
+        InProcess { name: name.into(), engine, executor }
+    }
+}
+
 impl Default for InProcess {
     fn default() -> InProcess {
         InProcess::new()

@@ -4,7 +4,8 @@
 //! Engines: QuickJS, and V8 with the `v8` feature. Transports: `in-process` (the
 //! executor in this process), `stdio` (`codemode stdio --engine NAME`, a process per
 //! case), `unix` (`codemode serve --engine NAME` on a Unix socket) and `tcp` (the same
-//! on loopback TCP with a token). Expected failures are data:
+//! on loopback TCP with a token) and `process` (the executor's process isolation, each
+//! case in a confined worker of `codemode stdio`). Expected failures are data:
 //! `conformance/expected-failures/<engine>.json` for every transport, and optionally
 //! `<engine>.<transport>.json` for one; a listed case that passes fails its trial.
 //! `expected-failures/<file>` trials check each list names transcripts that exist.
@@ -18,7 +19,7 @@ use codemode_conformance::{
     ExpectedFailure, Implementation, InProcess, Listen, Served, Subprocess, Transcript, Verdict, judge,
     load_dir, load_expected_failures, run_case,
 };
-use codemode_executor::EngineKind;
+use codemode_executor::{Confinement, EngineKind, Executor, ExecutorConfig, Isolation, WorkerCommand};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// How the implementation under test is reached.
@@ -28,10 +29,13 @@ enum Transport {
     Stdio,
     Unix,
     Tcp,
+    /// The executor's process isolation, its workers confined (`Confinement::Required`).
+    Process,
 }
 
 impl Transport {
-    const ALL: [Transport; 4] = [Transport::InProcess, Transport::Stdio, Transport::Unix, Transport::Tcp];
+    const ALL: [Transport; 5] =
+        [Transport::InProcess, Transport::Stdio, Transport::Unix, Transport::Tcp, Transport::Process];
 
     fn name(self) -> &'static str {
         match self {
@@ -39,6 +43,7 @@ impl Transport {
             Transport::Stdio => "stdio",
             Transport::Unix => "unix",
             Transport::Tcp => "tcp",
+            Transport::Process => "process",
         }
     }
 }
@@ -116,6 +121,19 @@ impl Matrix {
                     token_file: scratch.with_extension("token"),
                 };
                 Arc::new(self.runtime.block_on(Served::start(&self.codemode()?, engine, listen))?)
+            }
+            Transport::Process => {
+                let _inside = self.runtime.enter();
+                let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
+                let command = WorkerCommand { program: self.codemode()?, args };
+                let config = ExecutorConfig {
+                    engine,
+                    isolation: Isolation::Process(command),
+                    confinement: Confinement::Required,
+                    ..ExecutorConfig::default()
+                };
+                let name = format!("built-in on {}, process isolation, confined", engine.name());
+                Arc::new(InProcess::with_executor(name, engine, Executor::new(config)))
             }
         })
     }

@@ -196,6 +196,9 @@ pub struct ExecutorConfig {
     pub isolation: Isolation,
     /// The engine every execution runs on.
     pub engine: EngineKind,
+    /// How process isolation's workers are confined (docs/security.md): `Required` by
+    /// default on Linux. Nothing confines in-process executions.
+    pub confinement: crate::Confinement,
 }
 
 impl Default for ExecutorConfig {
@@ -207,6 +210,7 @@ impl Default for ExecutorConfig {
             ceilings: Limits::default_ceilings(),
             isolation: Isolation::InProcess,
             engine: EngineKind::default(),
+            confinement: crate::Confinement::default(),
         }
     }
 }

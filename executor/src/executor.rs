@@ -60,7 +60,12 @@ impl Executor {
         };
         let processes = match &config.isolation {
             Isolation::InProcess => None,
-            Isolation::Process(command) => Some(ProcessPool::new(command.clone(), config.workers)),
+            Isolation::Process(command) => Some(ProcessPool::new(
+                command.clone(),
+                config.workers,
+                config.confinement,
+                config.ceilings.memory_limit_bytes,
+            )),
         };
         Executor {
             inner: Arc::new(Inner {
@@ -111,7 +116,7 @@ impl Executor {
                 Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
             };
             return match scope_source(&request.code, &request.providers) {
-                Ok(_) => processes.execute(request.with_limits(&limits), limits.timeout).await,
+                Ok(_) => processes.execute(request.with_limits(&limits), &limits).await,
                 Err(refusal) => refusal_outcome(&refusal),
             };
         }

@@ -29,6 +29,7 @@
 
 mod budget;
 mod config;
+pub mod confine;
 pub mod daemon;
 mod engine;
 mod execute;
@@ -50,6 +51,7 @@ pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use confine::Confinement;
 pub use execute::{Execute, ExecuteFuture};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};

@@ -13,6 +13,7 @@
 //! workers = 4
 //! engine = "quickjs"
 //! isolation = "process"
+//! confinement = "required"   # or "best-effort", "off" (docs/security.md)
 //!
 //! [limits]          # what a request runs with unless it asks otherwise
 //! timeout_ms = 30000
@@ -116,6 +117,9 @@ pub struct ExecutorSection {
     pub engine: Option<String>,
     /// `in-process` (default) or `process`.
     pub isolation: Option<IsolationKind>,
+    /// How process isolation confines its workers: `required` (default on Linux),
+    /// `best-effort` or `off` (docs/security.md).
+    pub confinement: Option<crate::Confinement>,
 }
 
 /// `[limits]` and `[ceilings]`: each limit of an execution.
@@ -173,7 +177,7 @@ impl ServeConfig {
     /// This configuration with every field `flags` sets taking its place.
     pub fn overridden_by(mut self, flags: &ServeConfig) -> ServeConfig {
         overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format, log_level]);
-        overlay!(self.executor, flags.executor, [workers, engine, isolation]);
+        overlay!(self.executor, flags.executor, [workers, engine, isolation, confinement]);
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
                 base,
@@ -224,6 +228,9 @@ impl ServeConfig {
         if self.executor.isolation == Some(IsolationKind::Process) {
             let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
             config.isolation = Isolation::Process(WorkerCommand { program: worker, args });
+        }
+        if let Some(confinement) = self.executor.confinement {
+            config.confinement = confinement;
         }
         config.limits = self.limits.over(config.limits);
         config.ceilings = self.ceilings.over(config.ceilings);

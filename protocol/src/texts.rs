@@ -265,6 +265,16 @@ pub const CONNECTION_CLOSED: &str = "The host closed the connection before answe
 pub const WORKER_PROCESS_DIED: &str =
     "The isolated worker process ended before the run did. The execution is lost; run it again.";
 
+/// A confined worker process was killed by its seccomp filter (SIGSYS): the program made
+/// the engine attempt a system call the allowlist forbids.
+pub const WORKER_CONFINEMENT_KILLED: &str = "The isolated worker process was stopped by its confinement: it attempted a system call that is not allowed. The execution is lost.";
+
+/// Confinement `required` where a worker cannot be confined (another operating system, or
+/// a worker the host finds without its seccomp filter); the program did not run.
+pub const CONFINEMENT_UNAVAILABLE: Template = Template(
+    "Confinement is required but the worker process is not confined ({why}). The program did not run; run the worker on Linux with seccomp, or set confinement to best-effort or off.",
+);
+
 /// An execute beyond the daemon's bound on executions per connection.
 pub const TOO_MANY_EXECUTIONS: Template = Template(
     "The daemon is running its maximum of {limit} executions on this connection. Wait for one to end, or open another connection.",

@@ -143,6 +143,14 @@ fn the_wire_texts_are_pinned() {
         "The isolated worker process ended before the run did. The execution is lost; run it again."
     );
     assert_eq!(
+        WORKER_CONFINEMENT_KILLED,
+        "The isolated worker process was stopped by its confinement: it attempted a system call that is not allowed. The execution is lost."
+    );
+    assert_eq!(
+        CONFINEMENT_UNAVAILABLE.fill(&["this operating system has no seccomp"]),
+        "Confinement is required but the worker process is not confined (this operating system has no seccomp). The program did not run; run the worker on Linux with seccomp, or set confinement to best-effort or off."
+    );
+    assert_eq!(
         TOO_MANY_EXECUTIONS.fill(&["1024"]),
         "The daemon is running its maximum of 1024 executions on this connection. Wait for one to end, or open another connection."
     );

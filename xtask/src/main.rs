@@ -108,6 +108,24 @@ fn ci() -> Result<(), String> {
     cargo(&["test", "-p", "codemode-executor", "--features", "mcp", "--test", "mcp_upstream"])?;
     cargo(&["test", "-p", "codemode-cli", "--features", "mcp", "--test", "mcp_serve"])?;
     cargo(&["test", "-p", "codemode-executor", "--features", "mcp", "--doc"])?;
+    eprintln!(
+        "xtask: confinement: every probe refused in a confined worker (test-only feature confinement-probe)"
+    );
+    let probe = "codemode-executor/confinement-probe,codemode-cli/confinement-probe";
+    cargo(&[
+        "clippy",
+        "-p",
+        "codemode-executor",
+        "-p",
+        "codemode-cli",
+        "--features",
+        probe,
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ])?;
+    cargo(&["test", "-p", "codemode-cli", "--features", "confinement-probe", "--test", "confinement"])?;
     // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
     // and only where its prebuilt library is at hand.
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_none() {
@@ -134,6 +152,7 @@ fn ci() -> Result<(), String> {
     eprintln!("xtask: the engine suite on every engine built in, V8 included, and the CLI with --engine v8");
     cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
     cargo(&["test", "-p", "codemode-cli", "--features", "v8", "--test", "cli"])?;
+    cargo(&["test", "-p", "codemode-cli", "--features", "v8,confinement-probe", "--test", "confinement"])?;
     eprintln!(
         "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"
     );

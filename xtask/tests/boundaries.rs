@@ -227,3 +227,19 @@ fn the_runtime_names_no_engine_binding() {
         "the runtime drives engines through the Engine trait"
     );
 }
+
+#[test]
+fn only_confinement_names_the_confinement_crates() {
+    for (module, file) in modules() {
+        for path in paths_of(&file) {
+            if path.first().is_some_and(|first| first == "seccompiler" || first == "landlock") {
+                assert!(
+                    module.first().is_some_and(|m| m == "confine"),
+                    "{} names `{}`; only confine/ may",
+                    file.display(),
+                    path.join("::")
+                );
+            }
+        }
+    }
+}

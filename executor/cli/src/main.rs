@@ -17,8 +17,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{RemoteOptions, RemoteTls};
 use codemode_executor::{
-    Endpoints, EngineKind, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor, Request, Toolbox,
-    WorkerCommand,
+    Confinement, Endpoints, EngineKind, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor,
+    Request, Toolbox, WorkerCommand,
 };
 use codemode_protocol::ToolTable;
 
@@ -61,6 +61,10 @@ enum Command {
         /// Where the program runs: in this process, or in a worker process killed on overrun.
         #[arg(long, value_enum, default_value_t = IsolationArg::InProcess)]
         isolation: IsolationArg,
+        /// How a worker process is confined: required (default on Linux), best-effort or off
+        /// (docs/security.md).
+        #[arg(long, value_name = "LEVEL", value_parser = ["required", "best-effort", "off"])]
+        confinement: Option<String>,
         #[command(flatten)]
         engine: EngineArg,
         #[command(flatten)]
@@ -172,6 +176,7 @@ fn main() -> ExitCode {
             timeout_ms,
             memory_limit_bytes,
             isolation,
+            confinement,
             engine,
             connect,
         } => {
@@ -184,8 +189,17 @@ fn main() -> ExitCode {
                     "--isolation is the daemon's to choose: drop it when running with --connect".to_owned(),
                 );
             }
+            let confinement = confinement.and_then(|c| c.parse().ok()).unwrap_or_default();
             let sources = Sources { db, fixture, spec };
-            match run(program, sources, timeout_ms, memory_limit_bytes, isolation, engine, connect) {
+            match run(
+                program,
+                sources,
+                timeout_ms,
+                memory_limit_bytes,
+                (isolation, confinement),
+                engine,
+                connect,
+            ) {
                 Ok(code) => code,
                 Err(message) => {
                     eprintln!("codemode: {message}");
@@ -201,16 +215,9 @@ fn usage_error(problem: String) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// A worker of process isolation: confined as its host asks (`wire::worker`).
 fn stdio(engine: EngineKind) -> Result<(), String> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
-        let input = tokio::io::BufReader::new(tokio::io::stdin());
-        codemode_executor::wire::server::serve(Executor::new(config(engine)), input, tokio::io::stdout())
-            .await
-    })
+    codemode_executor::wire::worker::serve_stdio(engine)
 }
 
 /// Where a run's providers come from.
@@ -325,7 +332,7 @@ fn run(
     sources: Sources,
     timeout_ms: Option<u64>,
     memory_limit_bytes: Option<usize>,
-    isolation: IsolationArg,
+    (isolation, confinement): (IsolationArg, Confinement),
     engine: EngineKind,
     connect: ConnectArgs,
 ) -> Result<ExitCode, String> {
@@ -360,6 +367,7 @@ fn run(
         let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
         let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
         config.isolation = Isolation::Process(WorkerCommand { program, args });
+        config.confinement = confinement;
         config.workers = 1;
     }
     let outcome = if connect.connect.is_empty() {

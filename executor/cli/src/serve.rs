@@ -19,6 +19,7 @@ Example config file:
   [executor]
   workers = 4
   isolation = \"process\"
+  confinement = \"required\"
   [limits]
   timeout_ms = 30000
   [ceilings]
@@ -58,6 +59,10 @@ pub(crate) struct ServeArgs {
     /// in-process (default), or process: each execution in a worker process killed on overrun.
     #[arg(long, value_name = "WHERE", value_parser = ["in-process", "process"])]
     isolation: Option<String>,
+    /// How process isolation confines its workers: required (default on Linux), best-effort
+    /// or off (docs/security.md).
+    #[arg(long, value_name = "LEVEL", value_parser = ["required", "best-effort", "off"])]
+    confinement: Option<String>,
     /// An execution's wall-clock limit unless its request asks otherwise [default: 30000].
     #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
@@ -124,6 +129,7 @@ impl ServeArgs {
                     .isolation
                     .as_deref()
                     .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess }),
+                confinement: self.confinement.as_deref().and_then(|c| c.parse().ok()),
             },
             limits: LimitsSection {
                 timeout_ms: self.timeout_ms,

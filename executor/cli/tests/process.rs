@@ -3,17 +3,23 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use support::{Recorder, json, triple};
 
 /// The tests here run one at a time, so the worker processes one test sees are its own.
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// Process isolation at the default confinement (`Required` on Linux).
 fn isolated() -> Executor {
+    isolated_at(Confinement::default())
+}
+
+fn isolated_at(confinement: Confinement) -> Executor {
     let command =
         WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    Executor::new(ExecutorConfig { workers: 1, isolation: Isolation::Process(command), ..Default::default() })
+    let isolation = Isolation::Process(command);
+    Executor::new(ExecutorConfig { workers: 1, isolation, confinement, ..Default::default() })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,11 +86,11 @@ fn worker_pids() -> std::collections::BTreeSet<String> {
 }
 
 /// The worker is killed by the outcome's kind, never its text: a program that throws the
-/// timeout's text ends `thrown` and its worker serves the next execution.
+/// timeout's text ends `thrown` and, unconfined, its worker serves the next execution.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thrown_timeout_text_keeps_its_worker() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let executor = isolated();
+    let executor = isolated_at(Confinement::Off);
     let first = executor.execute(Request::new("async () => 'first'")).await;
     assert_eq!(json(&first), r#"{"result":"first","logs":[]}"#);
     let before = worker_pids();
@@ -132,4 +138,41 @@ async fn fetch_from_a_worker_process_reaches_the_hosts_outbound_handler() {
         ))
         .await;
     assert_eq!(json(&outcome), r#"{"result":204,"logs":[]}"#);
+}
+
+/// Confined, a worker serves one execution: each run gets a fresh, already locked worker
+/// while the next one waits ready.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_worker_serves_one_execution() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let executor = isolated_at(Confinement::Required);
+    // One worker is made ready ahead of demand, and it is locked once it has started.
+    let ready = || async {
+        let locked = |pids: &std::collections::BTreeSet<String>| {
+            pids.len() == 1
+                && codemode_executor::confine::check_worker(pids.first().unwrap().parse().unwrap()).is_ok()
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !locked(&worker_pids()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pids = worker_pids();
+        assert!(locked(&pids), "no single locked worker ready: {pids:?}");
+        pids.first().unwrap().clone()
+    };
+    let first = executor.execute(Request::new("async () => 'start'")).await;
+    assert_eq!(json(&first), r#"{"result":"start","logs":[]}"#);
+    for n in 0..3 {
+        let worker = ready().await;
+        let outcome = executor.execute(Request::new(format!("async () => {n}"))).await;
+        assert_eq!(json(&outcome), format!(r#"{{"result":{n},"logs":[]}}"#));
+        // The worker that ran it (the only one ready) is gone after its run.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while worker_pids().contains(&worker) {
+            assert!(Instant::now() < deadline, "worker {worker} served run {n} and was kept");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    ready().await;
 }

@@ -225,3 +225,17 @@ fn a_bad_config_file_exits_2_saying_where() {
     assert!(stderr.contains("unknown field `conections`"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn confinement_is_set_in_the_executor_section_and_an_unknown_level_is_refused() {
+    let config = from_toml("[executor]\nisolation = \"process\"\nconfinement = \"best-effort\"\n").unwrap();
+    let executor = config.executor_config("/usr/bin/codemode".into()).unwrap();
+    assert_eq!(executor.confinement, codemode_executor::Confinement::BestEffort);
+    let default = from_toml(FILE).unwrap().executor_config("/usr/bin/codemode".into()).unwrap();
+    assert_eq!(default.confinement, codemode_executor::Confinement::default());
+    let refused = from_toml("[executor]\nconfinement = \"strict\"\n").unwrap_err();
+    assert!(
+        refused.contains("unknown variant `strict`, expected one of `required`, `best-effort`, `off`"),
+        "{refused}"
+    );
+}

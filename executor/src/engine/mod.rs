@@ -6,6 +6,8 @@
 //! (`crate::runtime`), written once above every engine. QuickJS (`quickjs/`) is bindings
 //! over rquickjs; a second engine implements [`Engine`] the same way.
 
+#[cfg(all(target_os = "linux", feature = "confinement-probe"))]
+pub(crate) mod probe;
 pub(crate) mod quickjs;
 #[cfg(feature = "v8")]
 pub(crate) mod v8;

@@ -2,7 +2,7 @@
 //! protocol crate's `ClientMessage` and `ServerMessage`.
 //!
 //! `server` serves the built-in executor behind it (`codemode stdio`, `codemode serve`);
-//! `process` is the host side, used by process isolation.
+//! `process` is the host side, used by process isolation, and `worker` its worker side.
 //!
 //! Every frame is bounded by one rule on both sides: a frame is its JSON without the
 //! newline, and a side neither writes ([`encode_frame`]) nor reads ([`FrameReader`]) one
@@ -10,6 +10,7 @@
 
 pub(crate) mod process;
 pub mod server;
+pub mod worker;
 
 use std::collections::VecDeque;
 use std::future::Future;

@@ -12,21 +12,40 @@
 //!
 //! Failures of this layer: a worker process that cannot start, or that dies or breaks the
 //! protocol mid-run, ends the run `internal`; no answer by the deadline plus the grace
-//! ends it `timeout`.
+//! ends it `timeout`. A dead worker's exit status is read: killed by SIGSYS (its seccomp
+//! filter) gives [`texts::WORKER_CONFINEMENT_KILLED`] and an error event with its pid.
+//!
+//! A worker is treated as a hostile client (docs/security.md): it starts with an empty
+//! environment plus [`confine::CONFINEMENT_VAR`], the data cap and `TZ`; its stderr is
+//! piped and only its last [`STDERR_TAIL`] bytes are kept, for the log; each call it sends
+//! is checked against the request (the run it serves, the payload bound, the calls in
+//! flight) before it reaches the dispatch. Under confinement ([`Confinement::confines`]) a
+//! worker serves one execution and is replaced; the pool keeps fresh, already locked
+//! workers ready, and before a worker's first execution the host reads
+//! `/proc/<pid>/task/*/status` itself (no-new-privs 1, seccomp 2 on every thread).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, texts};
-use tokio::io::BufReader;
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::mpsc;
 
 use super::{FrameWriter, encode_frame, read_message, write_message};
+use crate::config::Limits;
+use crate::confine::{self, Confinement};
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::outbound::Outbound;
 use crate::request::Request;
+
+/// The bytes of a worker's stderr kept (its last ones), for the log when it dies.
+pub(crate) const STDERR_TAIL: usize = 4 << 10;
+
+/// How long the host waits for a worker whose output ended to report its exit status.
+const EXIT_WAIT: Duration = Duration::from_secs(1);
 
 /// How long past the deadline a worker process may take to answer before it is killed.
 pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
@@ -35,6 +54,8 @@ pub(crate) use crate::config::WorkerCommand;
 
 struct Worker {
     child: Child,
+    /// The last bytes of its stderr.
+    stderr: Arc<Mutex<Vec<u8>>>,
     /// Its stdin: frames are written by whoever makes them (an answer, by the reader
     /// that read its call), or queued for a task while the pipe is full.
     input: FrameWriter,
@@ -58,11 +79,35 @@ impl Drop for Worker {
 /// The execution a worker serves now, with the host's handlers for its calls.
 type Serving = Arc<Mutex<Option<(u64, Handlers)>>>;
 
-/// What answers one run's calls and fetches.
+/// What answers one run's calls and fetches, and the bounds its calls are held to.
 #[derive(Clone, Default)]
 struct Handlers {
     dispatch: Option<Arc<dyn Dispatch>>,
     outbound: Option<Arc<dyn Outbound>>,
+    /// The request's bound on provider + tool + argsJson.
+    max_payload_bytes: usize,
+    /// The request's bound on calls awaiting an answer.
+    max_calls_in_flight: usize,
+    /// Calls and fetches of this run awaiting an answer now.
+    in_flight: Arc<AtomicUsize>,
+}
+
+impl Handlers {
+    /// The refusal of a call the worker should never have sent (past a bound its own
+    /// runtime enforces), or `None` and the call counted in flight.
+    fn admit(&self, payload: Option<usize>) -> Option<String> {
+        if let Some(size) = payload {
+            if size > self.max_payload_bytes {
+                let (size, limit) = (size.to_string(), self.max_payload_bytes.to_string());
+                return Some(texts::PAYLOAD_TOO_LARGE.fill(&[&size, &limit]));
+            }
+        }
+        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= self.max_calls_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Some(texts::TOO_MANY_CALLS_IN_FLIGHT.fill(&[&self.max_calls_in_flight.to_string()]));
+        }
+        None
+    }
 }
 
 /// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
@@ -84,24 +129,45 @@ fn read_frames(
         loop {
             let frame = match read_message::<_, ServerMessage>(&mut stdout).await {
                 Ok(Some(ServerMessage::Call { execution, call, tool_call })) => {
-                    let dispatch = handlers(&serving, execution).dispatch;
-                    let Some(dispatch) = dispatch else { continue };
+                    let handlers = handlers(&serving, execution);
+                    let Some(dispatch) = handlers.dispatch.clone() else { continue };
                     let answer = answer.clone();
+                    let size = tool_call.provider.len() + tool_call.tool.len() + tool_call.args_json.len();
+                    if let Some(refusal) = handlers.admit(Some(size)) {
+                        let text = codemode_protocol::error_envelope(&refusal);
+                        answer(ClientMessage::Answer { execution, call, answer: text });
+                        continue;
+                    }
+                    let in_flight = handlers.in_flight.clone();
                     answer_in_order(
                         Box::pin(async move { dispatch.dispatch(tool_call).await }),
                         dispatch_panicked,
-                        move |text| answer(ClientMessage::Answer { execution, call, answer: text }),
+                        move |text| {
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            answer(ClientMessage::Answer { execution, call, answer: text });
+                        },
                     );
                     continue;
                 }
                 Ok(Some(ServerMessage::Fetch { execution, call, request })) => {
-                    let outbound = handlers(&serving, execution).outbound;
-                    let Some(outbound) = outbound else { continue };
+                    let handlers = handlers(&serving, execution);
                     let answer = answer.clone();
+                    let refusal = match &handlers.outbound {
+                        None => Some(texts::NETWORK_CLOSED.to_owned()),
+                        Some(_) => handlers.admit(None),
+                    };
+                    if let (Some(refusal), true) = (refusal, serving_now(&serving, execution)) {
+                        let response = crate::outbound::to_fetch_answer(Err(refusal));
+                        answer(ClientMessage::FetchAnswer { execution, call, answer: response });
+                        continue;
+                    }
+                    let Some(outbound) = handlers.outbound.clone() else { continue };
+                    let in_flight = handlers.in_flight.clone();
                     answer_in_order(
                         Box::pin(async move { outbound.fetch(request.into()).await }),
                         fetch_panicked,
                         move |response| {
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
                             let response = crate::outbound::to_fetch_answer(response);
                             answer(ClientMessage::FetchAnswer { execution, call, answer: response });
                         },
@@ -129,6 +195,31 @@ fn handlers(serving: &Serving, execution: u64) -> Handlers {
     }
 }
 
+/// Whether the worker serves `execution` now.
+fn serving_now(serving: &Serving, execution: u64) -> bool {
+    matches!(&*serving.lock().unwrap_or_else(|p| p.into_inner()), Some((now, _)) if *now == execution)
+}
+
+/// Keep the last [`STDERR_TAIL`] bytes of a worker's stderr; the rest is read and dropped,
+/// so a worker that writes without end neither blocks nor grows the host.
+fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
+    let tail = Arc::new(Mutex::new(Vec::new()));
+    let kept = tail.clone();
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+            let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+            kept.extend_from_slice(&buffer[..n]);
+            let excess = kept.len().saturating_sub(STDERR_TAIL);
+            kept.drain(..excess);
+        }
+    });
+    tail
+}
+
 /// Ends a worker's service of a run when the run ends, however it ends.
 struct Served<'a>(&'a Serving);
 
@@ -139,42 +230,158 @@ impl Drop for Served<'_> {
 }
 
 pub(crate) struct ProcessPool {
+    shared: Arc<PoolShared>,
+}
+
+struct PoolShared {
     command: WorkerCommand,
+    confinement: Confinement,
+    /// The data-segment cap a confined worker sets (above the memory ceiling).
+    data_limit_bytes: u64,
     idle: Mutex<Vec<Worker>>,
     keep_idle: usize,
+    /// Workers being started ahead of demand now.
+    starting: AtomicUsize,
 }
 
 impl ProcessPool {
-    pub(crate) fn new(command: WorkerCommand, keep_idle: usize) -> ProcessPool {
-        ProcessPool { command, idle: Mutex::new(Vec::new()), keep_idle }
+    pub(crate) fn new(
+        command: WorkerCommand,
+        keep_idle: usize,
+        confinement: Confinement,
+        memory_ceiling: usize,
+    ) -> ProcessPool {
+        // The engine's budget, plus room for what the engine and runtime hold beside it.
+        let data_limit_bytes = (memory_ceiling as u64).saturating_mul(2).saturating_add(2 << 30);
+        let shared = PoolShared {
+            command,
+            confinement,
+            data_limit_bytes,
+            idle: Mutex::new(Vec::new()),
+            keep_idle: keep_idle.max(1),
+            starting: AtomicUsize::new(0),
+        };
+        ProcessPool { shared: Arc::new(shared) }
     }
 
+    pub(crate) async fn execute(&self, request: Request, limits: &Limits) -> Outcome {
+        let shared = &self.shared;
+        #[cfg(not(target_os = "linux"))]
+        if shared.confinement == Confinement::Required {
+            return Outcome::failure(OutcomeKind::Invalid, confine::unavailable(), Vec::new());
+        }
+        let taken = shared.take_idle();
+        if shared.confinement.confines() {
+            // Replace what this run uses before it starts, so the next one finds it ready.
+            PoolShared::refill(shared);
+        }
+        let mut worker = match taken {
+            Some(worker) => worker,
+            None => match shared.spawn().await {
+                Ok(worker) => worker,
+                Err(problem) => return Outcome::failure(OutcomeKind::Internal, problem, Vec::new()),
+            },
+        };
+        let timeout = limits.timeout;
+        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
+        match tokio::time::timeout_at(deadline, run(&mut worker, &request, limits)).await {
+            Ok(Ok(outcome)) => {
+                let spent = matches!(outcome.kind(), OutcomeKind::Timeout | OutcomeKind::Internal);
+                if spent || shared.confinement.confines() {
+                    // A confined worker has seen a program: it serves no other.
+                    let _ = worker.child.start_kill();
+                } else {
+                    shared.put_idle(worker);
+                }
+                outcome
+            }
+            Ok(Err(_)) => died(worker).await,
+            Err(_) => {
+                let _ = worker.child.start_kill();
+                let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
+                Outcome::failure(OutcomeKind::Timeout, text, Vec::new())
+            }
+        }
+    }
+}
+
+impl PoolShared {
     async fn spawn(&self) -> Result<Worker, String> {
-        let mut child = Command::new(&self.command.program)
+        let mut command = Command::new(&self.command.program);
+        command
             .args(&self.command.args)
+            .env_clear()
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|e| {
-                format!("cannot start the worker process {}: {e}", self.command.program.display())
-            })?;
-        let (Some(mut stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        if self.confinement.confines() {
+            command.env(confine::CONFINEMENT_VAR, self.confinement.name());
+            command.env(confine::DATA_LIMIT_VAR, self.data_limit_bytes.to_string());
+        }
+        // The host's time zone, so a worker's dates read as an in-process run's.
+        if let Some(zone) = std::env::var_os("TZ") {
+            command.env("TZ", zone);
+        }
+        let mut child = command.spawn().map_err(|e| {
+            format!("cannot start the worker process {}: {e}", self.command.program.display())
+        })?;
+        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
             return Err("the worker process has no stdio".to_owned());
         };
+        let stderr = keep_stderr_tail(stderr);
         let mut stdout = BufReader::new(stdout);
-        write_message(&mut stdin, &ClientMessage::Hello(Hello::current()))
-            .await
-            .map_err(|e| e.to_string())?;
-        match read_message::<_, ServerMessage>(&mut stdout).await? {
-            Some(ServerMessage::Hello(_)) => {
-                let (input, written) = FrameWriter::start(stdin);
-                tokio::spawn(written);
-                let serving = Serving::default();
-                let frames = read_frames(stdout, input.clone(), serving.clone());
-                Ok(Worker { child, input, serving, frames, next_execution: 1 })
+        let greeted = async {
+            write_message(&mut stdin, &ClientMessage::Hello(Hello::current()))
+                .await
+                .map_err(|e| e.to_string())?;
+            read_message::<_, ServerMessage>(&mut stdout).await
+        };
+        match greeted.await {
+            Ok(Some(ServerMessage::Hello(_))) => {}
+            other => {
+                let problem = match other {
+                    Err(problem) => problem,
+                    Ok(message) => format!("the worker process did not answer the hello: {message:?}"),
+                };
+                let status = exit_status(&mut child).await;
+                let tail = tail_text(&stderr);
+                tracing::error!(pid = child.id(), status, stderr = %tail, "worker process failed to start");
+                return Err(format!("{problem} ({status}; its stderr ends: {tail})"));
             }
-            other => Err(format!("the worker process did not answer the hello: {other:?}")),
+        }
+        if self.confinement.confines() {
+            self.check_confined(&child)?;
+        }
+        let (input, written) = FrameWriter::start(stdin);
+        tokio::spawn(written);
+        let serving = Serving::default();
+        let frames = read_frames(stdout, input.clone(), serving.clone());
+        Ok(Worker { child, stderr, input, serving, frames, next_execution: 1 })
+    }
+
+    /// The host's own look at a worker that says it is locked: `Err` at `required` when
+    /// it is not; a warning at `best-effort`.
+    fn check_confined(&self, child: &Child) -> Result<(), String> {
+        #[cfg(target_os = "linux")]
+        let found = match child.id() {
+            Some(pid) => confine::check_worker(pid),
+            None => Err("the worker process has already ended".to_owned()),
+        };
+        #[cfg(not(target_os = "linux"))]
+        let found: Result<(), String> = Err("this operating system has no seccomp".to_owned());
+        match (found, self.confinement) {
+            (Ok(()), _) => Ok(()),
+            (Err(why), Confinement::Required) => {
+                tracing::error!(pid = child.id(), why = %why, "worker process is not confined");
+                Err(texts::CONFINEMENT_UNAVAILABLE.fill(&[&why]))
+            }
+            (Err(why), _) => {
+                tracing::warn!(pid = child.id(), why = %why, "worker process is not confined (best-effort)");
+                Ok(())
+            }
         }
     }
 
@@ -189,44 +396,74 @@ impl ProcessPool {
         }
     }
 
-    pub(crate) async fn execute(&self, request: Request, timeout: Duration) -> Outcome {
-        let mut worker = match self.take_idle() {
-            Some(worker) => worker,
-            None => match self.spawn().await {
-                Ok(worker) => worker,
-                Err(problem) => return Outcome::failure(OutcomeKind::Internal, problem, Vec::new()),
-            },
-        };
-        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
-        match tokio::time::timeout_at(deadline, run(&mut worker, &request)).await {
-            Ok(Ok(outcome)) => {
-                if matches!(outcome.kind(), OutcomeKind::Timeout | OutcomeKind::Internal) {
-                    let _ = worker.child.start_kill();
-                } else {
-                    self.put_idle(worker);
+    /// Start workers in the background until `keep_idle` are ready or starting.
+    fn refill(shared: &Arc<PoolShared>) {
+        let idle = shared.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let starting = shared.starting.load(Ordering::SeqCst);
+        for _ in (idle + starting)..shared.keep_idle {
+            shared.starting.fetch_add(1, Ordering::SeqCst);
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let started = shared.spawn().await;
+                shared.starting.fetch_sub(1, Ordering::SeqCst);
+                if let Ok(worker) = started {
+                    shared.put_idle(worker);
                 }
-                outcome
-            }
-            Ok(Err(problem)) => {
-                let _ = worker.child.start_kill();
-                Outcome::failure(OutcomeKind::Internal, problem, Vec::new())
-            }
-            Err(_) => {
-                let _ = worker.child.start_kill();
-                let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
-                Outcome::failure(OutcomeKind::Timeout, text, Vec::new())
-            }
+            });
         }
     }
 }
 
+/// The outcome of a run whose worker ended before it: its exit status read, SIGSYS told
+/// apart (its confinement stopped a forbidden system call).
+async fn died(mut worker: Worker) -> Outcome {
+    let pid = worker.child.id();
+    let status = tokio::time::timeout(EXIT_WAIT, worker.child.wait()).await;
+    let tail = tail_text(&worker.stderr);
+    #[cfg(unix)]
+    if let Ok(Ok(status)) = &status {
+        if confine::killed_by_seccomp(status) {
+            tracing::error!(pid, stderr = %tail, "confined worker process killed by its seccomp filter (SIGSYS)");
+            return Outcome::failure(OutcomeKind::Internal, texts::WORKER_CONFINEMENT_KILLED, Vec::new());
+        }
+    }
+    let _ = worker.child.start_kill();
+    let status = match status {
+        Ok(Ok(status)) => status.to_string(),
+        _ => "no exit status yet".to_owned(),
+    };
+    tracing::warn!(pid, status = %status, stderr = %tail, "worker process ended mid-run");
+    Outcome::failure(OutcomeKind::Internal, texts::WORKER_PROCESS_DIED, Vec::new())
+}
+
+/// A failed worker's exit status, as text, if it comes within [`EXIT_WAIT`].
+async fn exit_status(child: &mut Child) -> String {
+    match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+        Ok(Ok(status)) => status.to_string(),
+        _ => {
+            let _ = child.start_kill();
+            "no exit status yet".to_owned()
+        }
+    }
+}
+
+fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
+    String::from_utf8_lossy(&tail.lock().unwrap_or_else(|p| p.into_inner())).trim_end().to_owned()
+}
+
 /// One execution on a worker process: its calls are served as they arrive (by the
 /// reader), until the outcome arrives.
-async fn run(worker: &mut Worker, request: &Request) -> Result<Outcome, String> {
+async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, String> {
     let died = || texts::WORKER_PROCESS_DIED.to_owned();
     let execution = worker.next_execution;
     worker.next_execution += 1;
-    let handlers = Handlers { dispatch: request.dispatch.clone(), outbound: request.outbound.clone() };
+    let handlers = Handlers {
+        dispatch: request.dispatch.clone(),
+        outbound: request.outbound.clone(),
+        max_payload_bytes: limits.max_payload_bytes,
+        max_calls_in_flight: limits.max_calls_in_flight,
+        in_flight: Arc::default(),
+    };
     *worker.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some((execution, handlers));
     let _served = Served(&worker.serving);
     let execute = ClientMessage::Execute { execution, request: request.to_wire() };

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{Recorder, config, json};
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 /// A deadline short enough for a corpus, long enough for a debug build.
@@ -16,9 +16,77 @@ const MARGIN: Duration = Duration::from_millis(700);
 /// How long an engine may take to go once its outcome is in.
 const GONE_WITHIN: Duration = Duration::from_secs(2);
 
-/// An executor of the test's own, so its count of live engines is the test's alone.
+/// Set to run every case in confined worker processes instead of in this process.
+const CONFINED_VARIABLE: &str = "CODEMODE_TEST_HOSTILE_CONFINED";
+
+/// An executor of the test's own, so its count of live engines is the test's alone; with
+/// [`CONFINED_VARIABLE`], process isolation with its workers confined (`Required`).
 fn fresh() -> Executor {
-    Executor::new(ExecutorConfig { workers: 1, ..config() })
+    let mut config = ExecutorConfig { workers: 1, ..config() };
+    if std::env::var_os(CONFINED_VARIABLE).is_some() {
+        let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
+        let command = WorkerCommand { program: codemode_binary(), args };
+        config.isolation = Isolation::Process(command);
+        config.confinement = Confinement::Required;
+    }
+    Executor::new(config)
+}
+
+/// The `codemode` binary (package `codemode-cli`) in this test's profile, built once by a
+/// nested cargo: a test cannot name another package's binary.
+fn codemode_binary() -> std::path::PathBuf {
+    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            let mut cargo = std::process::Command::new(env!("CARGO"));
+            cargo.args([
+                "build",
+                "--quiet",
+                "-p",
+                "codemode-cli",
+                "--bin",
+                "codemode",
+                "--message-format=json",
+            ]);
+            if cfg!(feature = "v8") {
+                cargo.args(["--features", "codemode-cli/v8"]);
+            }
+            let output = cargo.output().expect("cargo runs");
+            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+            String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+                .filter(|message| message["target"]["name"] == "codemode")
+                .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+                .expect("cargo built the codemode binary")
+        })
+        .clone()
+}
+
+/// Every hostile case again, each in a confined worker: same outcomes, and no worker is
+/// killed by its filter (a kill would be an outcome of its own, failing the case). The
+/// retained-engine cases are in-process only (process isolation refuses retention).
+#[cfg(target_os = "linux")]
+#[test]
+fn the_hostile_cases_hold_in_confined_workers() {
+    if std::env::var_os(CONFINED_VARIABLE).is_some() {
+        return; // this is the confined run
+    }
+    let me = std::env::current_exe().expect("the suite knows its own binary");
+    let output = std::process::Command::new(me)
+        .env(CONFINED_VARIABLE, "1")
+        .args([
+            "hostile::",
+            "--skip",
+            "the_hostile_cases_hold_in_confined_workers",
+            "--skip",
+            "a_retained_engines_",
+        ])
+        .output()
+        .expect("the suite runs again");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "the hostile cases failed in confined workers:\n{text}");
+    assert!(text.contains("test result: ok."), "{text}");
 }
 
 /// `store.x()` answers 1 at once, `store.slow()` 2 after 50 ms, `store.never()` never.

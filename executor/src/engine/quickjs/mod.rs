@@ -93,7 +93,11 @@ impl Engine for QuickJs {
                 reason: (!handled).then(|| Persistent::save(&ctx, reason)),
             });
         })));
-        Ok(QuickJs { rejections, account, stop: setup.stop, context, runtime })
+        #[allow(unused_mut)]
+        let mut engine = QuickJs { rejections, account, stop: setup.stop, context, runtime };
+        #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
+        super::probe::install(&mut engine)?;
+        Ok(engine)
     }
 
     fn evaluate_builtin(

@@ -106,9 +106,29 @@ impl Drop for V8 {
 fn platform() {
     static PLATFORM: Once = Once::new();
     PLATFORM.call_once(|| {
+        // Entropy from getrandom, set before initialisation: V8 never opens /dev/urandom,
+        // which a confined worker could not (docs/security.md).
+        #[cfg(target_os = "linux")]
+        v8::V8::set_entropy_source(fill_random);
         v8::V8::initialize_platform(v8::new_default_platform(0, false).make_shared());
         v8::V8::initialize();
     });
+}
+
+/// V8's entropy source: the kernel's random bytes (`getrandom`), `false` if they fail.
+#[cfg(target_os = "linux")]
+fn fill_random(buffer: &mut [u8]) -> bool {
+    let mut filled = 0;
+    while filled < buffer.len() {
+        let rest = &mut buffer[filled..];
+        // SAFETY: getrandom writes at most `rest.len()` bytes into `rest`, which is live.
+        let n = unsafe { libc::getrandom(rest.as_mut_ptr().cast(), rest.len(), 0) };
+        if n <= 0 {
+            return false;
+        }
+        filled += n as usize;
+    }
+    true
 }
 
 /// A new isolate and context on this thread, whose stack has `stack_limit_bytes` (and a
@@ -169,7 +189,12 @@ impl Engine for V8 {
             }
         };
         made.account.attach(setup.budget);
-        Ok(V8 { made, stop: setup.stop, stack_limit_bytes: setup.stack_limit_bytes, uncached: Vec::new() })
+        #[allow(unused_mut)]
+        let mut engine =
+            V8 { made, stop: setup.stop, stack_limit_bytes: setup.stack_limit_bytes, uncached: Vec::new() };
+        #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
+        super::probe::install(&mut engine)?;
+        Ok(engine)
     }
 
     fn evaluate_builtin(

@@ -1,0 +1,180 @@
+//! The Linux layers of a worker's init (rlimits, namespaces, capabilities, prctls,
+//! Landlock) and the host's check of a worker through `/proc`.
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    RulesetStatus, Scope,
+};
+
+use super::{Confinement, Layers};
+
+/// The Landlock ABI whose rights are all handled (this kernel's newest known to the crate
+/// we ship; an older kernel gets what it has, reported as partial).
+const LANDLOCK_ABI: ABI = ABI::V7;
+
+/// Descriptors a worker may hold: stdio, its runtime's epoll and wakers, V8's platform.
+const MAX_DESCRIPTORS: u64 = 64;
+
+/// Timezone data a confined worker may read (it reads it once while warming up; the
+/// rule keeps a late lookup working rather than failing).
+const TIMEZONE_PATHS: [&str; 2] = ["/etc/localtime", "/usr/share/zoneinfo"];
+
+pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: bool) -> Result<Layers, String> {
+    close_inherited_descriptors()?;
+    let limited = limits(data_limit_bytes);
+    if level == Confinement::Required {
+        limited?;
+    }
+    let mut layers = Layers::default();
+    // User namespace first: the others need the capabilities it gives. Refused where
+    // unprivileged ones are (Docker's default profile, Ubuntu's AppArmor rule): seccomp and
+    // Landlock still hold, and the host sees which layers a worker has.
+    if namespaces {
+        // SAFETY: unshare takes flags only; the process is still single-threaded, as
+        // CLONE_NEWUSER requires.
+        let entered = unsafe {
+            libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS)
+        } == 0;
+        layers.namespaces = entered;
+    }
+    layers.capabilities_dropped = drop_capabilities()?;
+    // After the credential changes above, which would reset both.
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(format!("PR_SET_PDEATHSIG failed: {}", std::io::Error::last_os_error()));
+    }
+    // The host died before the death signal was set: nobody is left to serve.
+    // SAFETY: getppid has no arguments and cannot fail.
+    if unsafe { libc::getppid() } == 1 {
+        std::process::exit(1);
+    }
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(format!("PR_SET_DUMPABLE failed: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(format!("PR_SET_NO_NEW_PRIVS failed: {}", std::io::Error::last_os_error()));
+    }
+    // A kernel without Landlock (older than 5.13, or the LSM not enabled) still gets the
+    // seccomp allowlist, which is what `required` demands; the worker reports the layer.
+    layers.landlock = landlock()?;
+    Ok(layers)
+}
+
+/// Every descriptor above stderr closed: nothing the host had open reaches the worker.
+fn close_inherited_descriptors() -> Result<(), String> {
+    // SAFETY: close_range takes integers; no Rust object owns a descriptor above 2 yet.
+    let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+    if closed != 0 {
+        return Err(format!("close_range failed: {}", std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// No core files, no file writes, few descriptors, a data cap above the engines' budget.
+fn limits(data_limit_bytes: u64) -> Result<(), String> {
+    let set = |resource, value: u64, name: &str| {
+        let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
+        // SAFETY: a valid rlimit on the stack, read by the kernel only.
+        if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+            return Err(format!("setrlimit({name}) failed: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    };
+    set(libc::RLIMIT_CORE, 0, "RLIMIT_CORE")?;
+    set(libc::RLIMIT_FSIZE, 0, "RLIMIT_FSIZE")?;
+    set(libc::RLIMIT_NOFILE, MAX_DESCRIPTORS, "RLIMIT_NOFILE")?;
+    set(libc::RLIMIT_DATA, data_limit_bytes, "RLIMIT_DATA")
+}
+
+/// Every capability set emptied: bounding (while CAP_SETPCAP is still held), ambient,
+/// then effective, permitted and inheritable. `Ok(false)` when the bounding set could not
+/// be emptied (no CAP_SETPCAP, no user namespace): harmless under no-new-privileges, which
+/// keeps an execve from gaining anything, but reported.
+fn drop_capabilities() -> Result<bool, String> {
+    let mut bounding_emptied = true;
+    for cap in 0..64 {
+        // SAFETY: prctl with integer arguments only. EINVAL past the last capability.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_READ, cap, 0, 0, 0) } < 0 {
+            break;
+        }
+        // SAFETY: as above; EPERM without CAP_SETPCAP.
+        if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+            bounding_emptied = false;
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const VERSION_3: u32 = 0x2008_0522;
+    let header = Header { version: VERSION_3, pid: 0 };
+    let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
+    // SAFETY: capset reads one v3 header and two data words, both live on the stack.
+    if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
+        return Err(format!("capset failed: {}", std::io::Error::last_os_error()));
+    }
+    Ok(bounding_emptied)
+}
+
+/// Landlock handling every filesystem and network right and both scopes, with read-only
+/// timezone data the one exception. `Ok(true)` when fully enforced.
+fn landlock() -> Result<bool, String> {
+    let read = AccessFs::from_read(LANDLOCK_ABI);
+    let failed = |e: landlock::RulesetError| format!("Landlock failed: {e}");
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::from_all(LANDLOCK_ABI))
+        .map_err(failed)?
+        .handle_access(AccessNet::from_all(LANDLOCK_ABI))
+        .map_err(failed)?
+        .scope(Scope::AbstractUnixSocket | Scope::Signal)
+        .map_err(failed)?
+        .create()
+        .map_err(failed)?;
+    for path in TIMEZONE_PATHS {
+        let Ok(fd) = landlock::PathFd::new(path) else { continue };
+        // A file takes only the rights a file has.
+        let access =
+            if std::path::Path::new(path).is_dir() { read } else { read & AccessFs::from_file(LANDLOCK_ABI) };
+        ruleset = ruleset.add_rule(landlock::PathBeneath::new(fd, access)).map_err(failed)?;
+    }
+    let status = ruleset.restrict_self().map_err(failed)?;
+    Ok(status.ruleset == RulesetStatus::FullyEnforced)
+}
+
+/// The host's check of a worker: every thread under no-new-privs and seccomp filter mode.
+pub(super) fn check(pid: u32) -> Result<(), String> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map_err(|e| format!("cannot read the threads of worker {pid}: {e}"))?;
+    let mut threads = 0;
+    for task in tasks {
+        let task = task.map_err(|e| format!("cannot read the threads of worker {pid}: {e}"))?;
+        let status = std::fs::read_to_string(task.path().join("status"))
+            .map_err(|e| format!("cannot read the status of worker {pid}: {e}"))?;
+        let field =
+            |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim).unwrap_or("");
+        if field("NoNewPrivs:") != "1" {
+            return Err(format!("worker {pid} runs without no-new-privileges"));
+        }
+        if field("Seccomp:") != "2" {
+            return Err(format!("worker {pid} runs without its seccomp filter"));
+        }
+        threads += 1;
+    }
+    if threads == 0 {
+        return Err(format!("worker {pid} has no threads"));
+    }
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! Confinement of process isolation's workers: what a worker locks itself into before it
+//! serves (docs/security.md), and what the host checks of it from outside.
+//!
+//! A worker runs init, then lock: while still one thread it closes inherited descriptors,
+//! sets rlimits, enters new namespaces, drops every capability, sets no-new-privileges and
+//! not-dumpable and restricts itself with Landlock ([`prepare_worker`]); then the runtime
+//! and engines start and warm up; then a deny-by-default seccomp allowlist goes onto every
+//! thread at once ([`lock_worker`]); only then does it answer the host's hello. The host
+//! reads `/proc/<pid>/status` itself rather than trusting the worker's word
+//! ([`check_worker`]).
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+mod seccomp;
+
+/// The environment variable through which the host tells a worker its level
+/// (`required` or `best-effort`); absent means off. It is one of the few variables a
+/// worker's empty environment carries.
+pub const CONFINEMENT_VAR: &str = "CODEMODE_CONFINEMENT";
+
+/// The environment variable carrying the data-segment cap, in bytes, the host sets for a
+/// confined worker (above its memory ceiling).
+pub const DATA_LIMIT_VAR: &str = "CODEMODE_DATA_LIMIT_BYTES";
+
+/// Set to `off` (for example through `env` in the worker command) to skip the namespace
+/// step, as where the kernel refuses unprivileged user namespaces: seccomp and Landlock
+/// still hold.
+pub const NAMESPACES_VAR: &str = "CODEMODE_CONFINEMENT_NAMESPACES";
+
+/// How strictly process isolation confines its workers (`required`, `best-effort`, `off`
+/// in a configuration file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Confinement {
+    /// Every layer the kernel offers; a worker the host does not find under no-new-privs
+    /// and a seccomp filter serves nothing, and another operating system refuses to run
+    /// programs. One execution per worker. The default on Linux.
+    Required,
+    /// Every layer the kernel offers, and a worker without them still serves (a warning is
+    /// logged). One execution per worker.
+    BestEffort,
+    /// An ordinary child process (still an empty environment and a bounded stderr),
+    /// reused for the next execution after a run that ended normally. The default
+    /// elsewhere.
+    Off,
+}
+
+impl Default for Confinement {
+    fn default() -> Confinement {
+        if cfg!(target_os = "linux") { Confinement::Required } else { Confinement::Off }
+    }
+}
+
+impl Confinement {
+    /// Its name on the command line, in configuration files and in [`CONFINEMENT_VAR`].
+    pub fn name(self) -> &'static str {
+        match self {
+            Confinement::Required => "required",
+            Confinement::BestEffort => "best-effort",
+            Confinement::Off => "off",
+        }
+    }
+
+    /// Whether a worker at this level locks itself (and so serves one execution).
+    pub fn confines(self) -> bool {
+        self != Confinement::Off
+    }
+}
+
+impl std::str::FromStr for Confinement {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Confinement, String> {
+        [Confinement::Required, Confinement::BestEffort, Confinement::Off]
+            .into_iter()
+            .find(|level| level.name() == name)
+            .ok_or_else(|| format!("unknown confinement \"{name}\"; say required, best-effort or off"))
+    }
+}
+
+/// The layers a worker holds after [`prepare_worker`] and [`lock_worker`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layers {
+    /// New user, network, IPC and UTS namespaces.
+    pub namespaces: bool,
+    /// Every capability set empty, the bounding set included.
+    pub capabilities_dropped: bool,
+    /// Landlock fully enforced (all filesystem and network rights handled).
+    pub landlock: bool,
+    /// The seccomp allowlist on every thread.
+    pub seccomp: bool,
+}
+
+impl Layers {
+    /// `namespaces landlock seccomp`: the layers held, for a log line.
+    pub fn describe(&self) -> String {
+        let held = [
+            ("namespaces", self.namespaces),
+            ("capabilities-dropped", self.capabilities_dropped),
+            ("landlock", self.landlock),
+            ("seccomp", self.seccomp),
+        ];
+        let names: Vec<&str> = held.iter().filter(|(_, on)| *on).map(|(name, _)| *name).collect();
+        if names.is_empty() { "none".to_owned() } else { names.join(" ") }
+    }
+}
+
+/// The level the host asked this worker for, read from [`CONFINEMENT_VAR`].
+pub fn requested_level() -> Confinement {
+    match std::env::var(CONFINEMENT_VAR).ok().and_then(|name| name.parse().ok()) {
+        Some(level) => level,
+        None => Confinement::Off,
+    }
+}
+
+/// Init, the first half: call while the process has one thread, before any runtime or
+/// engine starts. `data_limit_bytes` caps the data segment (above any engine limit).
+/// `Err` at [`Confinement::Required`] when a step that must hold failed.
+pub fn prepare_worker(level: Confinement, data_limit_bytes: u64) -> Result<Layers, String> {
+    if !level.confines() {
+        return Ok(Layers::default());
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let namespaces = std::env::var(NAMESPACES_VAR).map_or(true, |v| v != "off");
+        linux::prepare(level, data_limit_bytes, namespaces)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = data_limit_bytes;
+        match level {
+            Confinement::Required => Err(unavailable()),
+            _ => Ok(Layers::default()),
+        }
+    }
+}
+
+/// Lock, the second half: call once the runtime and engines have started and warmed up,
+/// before answering the hello. Applies the seccomp allowlist to every thread.
+pub fn lock_worker(level: Confinement, mut layers: Layers) -> Result<Layers, String> {
+    if !level.confines() {
+        return Ok(layers);
+    }
+    #[cfg(target_os = "linux")]
+    {
+        seccomp::apply()?;
+        layers.seccomp = true;
+        Ok(layers)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        match level {
+            Confinement::Required => Err(unavailable()),
+            _ => Ok(layers),
+        }
+    }
+}
+
+/// Why confinement cannot hold on this operating system.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn unavailable() -> String {
+    codemode_protocol::texts::CONFINEMENT_UNAVAILABLE.fill(&["this operating system has no seccomp"])
+}
+
+/// What the host reads of a worker from `/proc`: `Err` with why it is not confined
+/// (no-new-privs or the seccomp filter missing on one of its threads).
+#[cfg(target_os = "linux")]
+pub fn check_worker(pid: u32) -> Result<(), String> {
+    linux::check(pid)
+}
+
+/// The signal number that ended a process, if one did.
+#[cfg(unix)]
+pub(crate) fn killed_by_seccomp(status: &std::process::ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    status.signal() == Some(libc::SIGSYS)
+}
+
+/// The seccomp allowlist as `(system call, why it is allowed)`, in its order; the same
+/// reasons are in docs/security.md.
+#[cfg(target_os = "linux")]
+pub fn seccomp_allowlist() -> Vec<(&'static str, &'static str)> {
+    seccomp::allowlist().into_iter().map(|entry| (entry.name.trim_start_matches("SYS_"), entry.why)).collect()
+}

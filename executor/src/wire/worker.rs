@@ -1,0 +1,68 @@
+//! Process isolation, the worker side: `codemode stdio` as the host's pool starts it.
+//!
+//! Init, then lock (docs/security.md): while the process has one thread, the first half of
+//! confinement ([`confine::prepare_worker`]); then the async runtime, the executor and its
+//! engine start, stdio is set up and one warm-up program runs (so the engine's lazy
+//! start-up, the time zone and V8's platform threads are done); then the seccomp
+//! allowlist goes onto every thread ([`confine::lock_worker`]); only then is the host's
+//! hello answered. At level off (no [`confine::CONFINEMENT_VAR`]), it serves as it is.
+
+use crate::confine;
+use crate::{EngineKind, Executor, ExecutorConfig, Request};
+
+/// Without [`confine::DATA_LIMIT_VAR`]: the default ceiling of 4 GiB and room for the engine's own.
+const DEFAULT_DATA_LIMIT: u64 = 6 << 30;
+
+/// The program each worker runs before it locks: it starts the engine's lazy parts and
+/// reads the local time zone, so a confined run prints the dates an in-process one does.
+const WARM_UP: &str =
+    "async () => [new Date(0).toString(), String(Math.random() < 1), JSON.stringify({ a: [1] })]";
+
+/// Serve the wire protocol on stdin and stdout at the level the host asked for, on
+/// `engine`; `Err` when confinement required could not be set up (the host sees the
+/// worker end before its hello, and the reason on its stderr).
+pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
+    let level = confine::requested_level();
+    let data_limit = std::env::var(confine::DATA_LIMIT_VAR)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_DATA_LIMIT);
+    let layers = confine::prepare_worker(level, data_limit)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    runtime.block_on(async move {
+        let executor = Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() });
+        if !level.confines() {
+            let input = tokio::io::BufReader::new(tokio::io::stdin());
+            return super::server::serve(executor, input, tokio::io::stdout()).await;
+        }
+        // Set up before the lock: it reads each descriptor's kind (fstat), refused after.
+        let stdio = super::QuietStream::stdio();
+        let warm = executor.execute(Request::new(WARM_UP)).await;
+        if warm.error_text().is_some() {
+            return Err(format!("the warm-up program failed: {}", warm.to_json_string()));
+        }
+        let layers = confine::lock_worker(level, layers)?;
+        // Which layers it holds, for the host's log (the host checks the ones it relies on
+        // itself, from /proc).
+        eprintln!("codemode stdio: confined: {}", layers.describe());
+        let options = super::server::ServeOptions {
+            hello_timeout: None,
+            idle_timeout: None,
+            send_timeout: None,
+            ..super::server::ServeOptions::default()
+        };
+        match stdio {
+            Some((reading, writing)) => {
+                super::server::serve_with(executor, tokio::io::BufReader::new(reading), writing, options)
+                    .await
+            }
+            None => {
+                let input = tokio::io::BufReader::new(tokio::io::stdin());
+                super::server::serve_with(executor, input, tokio::io::stdout(), options).await
+            }
+        }
+    })
+}
