@@ -56,6 +56,45 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
+    // Confinement side by side: a worker's start (spawned, locked, hello answered, one run)
+    // and a run of 100 calls, with the workers confined (`required`) and not (`off`).
+    let mut group = c.benchmark_group("confinement");
+    group.sample_size(20);
+    for confinement in [codemode_executor::Confinement::Off, codemode_executor::Confinement::Required] {
+        let level = confinement.name();
+        let executor_at = || {
+            let command = codemode_executor::WorkerCommand {
+                program: common::codemode_binary(),
+                args: vec!["stdio".into()],
+            };
+            Executor::new(ExecutorConfig {
+                workers: 1,
+                isolation: codemode_executor::Isolation::Process(command),
+                confinement,
+                ..Default::default()
+            })
+        };
+        let check = rt.block_on(executor_at().execute(Request::new("async () => 1")));
+        assert_eq!(check.to_json_string(), r#"{"result":1,"logs":[]}"#, "{level}");
+        group.bench_function(format!("a worker's start to its hello, {level}"), |b| {
+            b.iter_custom(|iterations| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iterations {
+                    total += worker_start(confinement);
+                }
+                total
+            })
+        });
+        let warm = executor_at();
+        group.bench_function(format!("a run with no calls, {level}"), |b| {
+            b.iter(|| rt.block_on(warm.execute(common::calls(0))))
+        });
+        group.bench_function(format!("a run of 100 sequential calls, {level}"), |b| {
+            b.iter(|| rt.block_on(warm.execute(common::calls(100))))
+        });
+    }
+    group.finish();
+
     let (unix, tcp) = rt.block_on(async {
         use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
         let config =
@@ -97,6 +136,28 @@ fn benches(c: &mut Criterion) {
         b.iter(|| rt.block_on(one_worker.execute(common::echo_bytes())))
     });
     group.finish();
+}
+
+/// The time from spawning `codemode stdio` (as the pool does: empty environment, the
+/// level's variables) to its answer to the hello, the worker then killed.
+fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
+    use std::io::{BufRead, Write};
+    let mut command = std::process::Command::new(common::codemode_binary());
+    command.arg("stdio").env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    if confinement.confines() {
+        command.env(codemode_executor::confine::CONFINEMENT_VAR, confinement.name());
+    }
+    let started = std::time::Instant::now();
+    let mut child = command.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, r#"{{"type":"hello","protocol":"codemode","version":1}}"#).unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let elapsed = started.elapsed();
+    assert!(line.contains(r#""type":"hello""#), "{line}");
+    let _ = child.kill();
+    let _ = child.wait();
+    elapsed
 }
 
 criterion_group!(execute, benches);
