@@ -6,16 +6,18 @@
 
 1. Waits until GET http://ADMIN/readyz answers 200.
 2. Connects with TLS (the CA verified, NAME as the server name), sends the hello with
-   the token (wire version 2), and executes a program that calls host.wait() and then
+   the token (wire version 2), runs `6 * 7`, checks /metrics names the metrics
+   docs/deploy.md lists, and executes a program that calls host.wait() and then
    returns "drained".
-3. When the daemon sends that call, the execution is certainly running: with
-   --worker-parent it checks that process (the daemon, as the host sees it) has a
-   `codemode stdio` child, the process-isolation worker running the program; then it
-   runs --stop (e.g. `podman stop`, which sends SIGTERM to PID 1) in the background.
+3. When the daemon sends that call, the execution is certainly running: it checks that
+   codemode_executions_in_flight is 1 and, with --worker-parent, that this process (the
+   daemon, as the host sees it) has a `codemode stdio` child, the process-isolation
+   worker running the program; then it runs --stop (e.g. `podman stop`, which sends
+   SIGTERM to PID 1) in the background.
 4. Expects the daemon's `draining` message on the connection, then a `refused` (reason
    draining) for a second execute sent after it; waits until /readyz answers 503 (the
-   admin listener stays up while draining) and a second more, with the daemon still
-   alive; then answers the call.
+   admin listener stays up while draining) and checks codemode_draining is 1; a second
+   later, with the daemon still alive, answers the call.
 5. Expects the outcome {"result":"drained"} on the same connection, then waits for the
    stop command and prints how long it took and its exit code.
 
@@ -33,6 +35,9 @@ import time
 import urllib.error
 import urllib.request
 
+# What docs/deploy.md and the HPA name; each present once an execution has ended.
+METRICS = ["codemode_executions_total", "codemode_execution_duration_seconds", "codemode_executions_in_flight",
+           "codemode_engines_live", "codemode_connections_open", "codemode_draining", "codemode_build_info"]
 PROGRAM = 'async () => { const got = await host.wait(); return got.ok ? "drained" : "no"; }'
 
 
@@ -59,6 +64,27 @@ def children(pid):
                 with open(f"/proc/{child}/cmdline", "rb") as c:
                     found.append(c.read().replace(b"\0", b" ").decode().strip())
     return found
+
+
+def metrics(admin):
+    """GET /metrics: each sample's name with its labels, and its value."""
+    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=2) as r:
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+def value(samples, name):
+    """The value of an unlabelled sample, or None."""
+    return samples.get(name)
+
+
+def has(samples, name):
+    return any(s == name or s.startswith(name + "{") or s.startswith(name + "_bucket{") for s in samples)
 
 
 def main():
@@ -101,13 +127,25 @@ def main():
     hello = receive()
     if hello.get("type") != "hello" or hello.get("version") != 2:
         sys.exit(f"drain_client: expected the daemon's hello of version 2, got {hello}")
+    send({"type": "execute", "execution": 10, "request": {"code": "async () => 6 * 7"}})
+    first = receive()
+    if first.get("type") != "outcome" or first["outcome"].get("result") != 42:
+        sys.exit(f"drain_client: expected the outcome 42, got {first}")
+    samples = metrics(a.admin)
+    missing = [n for n in METRICS if not has(samples, n)]
+    if missing:
+        sys.exit(f"drain_client: /metrics lacks {missing}")
+    say(f"/metrics has {', '.join(METRICS)}")
     send({"type": "execute", "execution": 1,
           "request": {"code": PROGRAM, "providers": [{"name": "host", "tools": ["wait"]}], "dispatch": True,
                       "timeoutMs": 60000}})
     call = receive()
     if call.get("type") != "call" or call.get("tool") != "wait":
         sys.exit(f"drain_client: expected the call host.wait, got {call}")
-    say("the execution is running and waits on host.wait()")
+    in_flight = value(metrics(a.admin), "codemode_executions_in_flight")
+    if in_flight != 1:
+        sys.exit(f"drain_client: codemode_executions_in_flight is {in_flight} with one execution live, not 1")
+    say("the execution is running and waits on host.wait(); codemode_executions_in_flight is 1")
     if a.worker_parent:
         workers = [c for c in children(a.worker_parent) if c.startswith("/usr/local/bin/codemode stdio ")]
         if not workers:
@@ -135,7 +173,10 @@ def main():
             sys.exit(f"drain_client: /readyz answers {status or 'nothing'}, not 503, 30 s after SIGTERM")
         time.sleep(0.1)
         status = readyz(a.admin)
-    say(f"{time.monotonic() - started:.1f} s after SIGTERM /readyz answers 503")
+    draining = value(metrics(a.admin), "codemode_draining")
+    if draining != 1:
+        sys.exit(f"drain_client: codemode_draining is {draining} while draining, not 1")
+    say(f"{time.monotonic() - started:.1f} s after SIGTERM /readyz answers 503 and codemode_draining is 1")
     time.sleep(1)
     if stop.poll() is not None:
         sys.exit(f"drain_client: the daemon exited ({stop.returncode}) with the execution still live")

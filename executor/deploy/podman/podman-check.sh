@@ -5,17 +5,19 @@
 #
 # Not part of `cargo xtask ci` (it needs podman, rootful, and a release build). Needs
 # podman, runc or crun, openssl and python3 (`apt-get install podman runc openssl`).
-# It builds the image with ../build-image.sh (from PATH, or a release build), makes a
+# It builds the image with ../build-image.sh (from --binary, or a release build), makes a
 # CA, a server certificate for codemode.default.svc and a token, and plays the base's
 # ConfigMap and Deployment (one replica, hostNetwork so the checks reach it on
 # 127.0.0.1), with the token and TLS files bound where the Secrets would be. Then:
 #   1. PID 1 is tini, its child the daemon, both uid 65532 with no capabilities, and
 #      mid-run, process isolation's `codemode stdio` workers are the daemon's children;
 #   2. the root is read-only (a write through /proc/PID/root fails with EROFS);
-#   3. drain: drain_client.py starts an execution that waits on a call, `podman stop`
-#      sends SIGTERM while it runs, /readyz turns 503, the call is answered, the run
-#      completes with its result, and the container exits 0 by itself, before the
-#      stop timeout.
+#   3. metrics and drain (drain_client.py, the wire protocol over TLS): /metrics names
+#      the metrics docs/deploy.md lists; an execution waits on a call (in flight: 1);
+#      `podman stop` sends SIGTERM while it runs; the connection is told `draining`, a
+#      new execute is refused, /readyz turns 503 (codemode_draining 1); the call is
+#      answered, the run completes with its result, and the container exits 0 by
+#      itself, before the stop timeout.
 # Everything runs on 127.0.0.1. The pod is removed at the end, whatever happened.
 set -euo pipefail
 
