@@ -142,7 +142,7 @@ async fn what_still_runs_at_the_drain_timeout_ends_with_its_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_execute_racing_the_drain_gets_its_outcome_or_a_refusal_never_neither() {
-    for round in 0..100 {
+    for round in 0..60 {
         let mut daemon = Draining::start(Duration::from_secs(5)).await;
         let mut v2 = Raw::hello(&daemon.path, 2).await;
         // The execute and the drain leave together; which wins varies from round to round.
@@ -174,4 +174,39 @@ async fn pings_are_answered_and_a_newer_client_is_answered_with_the_newest_versi
         lines.next_line().await.unwrap().unwrap(),
         r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 2; the client said codemode version 0"}"#
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_stops_sending_cannot_hold_off_the_drain_timeout() {
+    let mut daemon = Draining::start(Duration::from_millis(300)).await;
+    let mut v2 = Raw::hello(&daemon.path, 2).await;
+    v2.send(&waiting(1)).await;
+    assert_eq!(v2.next().await.unwrap(), call(1));
+    daemon.drain();
+    assert_eq!(v2.next().await.unwrap(), r#"{"type":"draining"}"#);
+    // A ping every 5 ms, and the pongs read as they come.
+    let Raw { mut lines, mut write } = v2;
+    let pinging = tokio::spawn(async move {
+        for id in 0.. {
+            let ping = format!("{{\"type\":\"ping\",\"id\":{id}}}\n");
+            if write.write_all(ping.as_bytes()).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    let shut_down = loop {
+        let line =
+            tokio::time::timeout(Duration::from_secs(5), lines.next_line()).await.unwrap().unwrap().unwrap();
+        if !line.starts_with(r#"{"type":"pong""#) {
+            break line;
+        }
+    };
+    assert_eq!(
+        shut_down,
+        r#"{"type":"outcome","execution":1,"outcome":{"error":"The daemon shut down before the run ended: its drain timeout of 300 ms passed. The execution is lost; run it again.","kind":"internal","logs":[]}}"#
+    );
+    let served = tokio::time::timeout(Duration::from_secs(5), daemon.served).await.unwrap().unwrap();
+    assert_eq!(served, Ok(()));
+    pinging.abort();
 }

@@ -253,6 +253,10 @@ pub struct Drain {
 /// How often a draining connection looks whether it is done.
 const DRAIN_POLL: Duration = Duration::from_millis(20);
 
+/// How long a draining connection with nothing live stays open after its last message:
+/// what the client sent as the drain began is answered, not cut off.
+const DRAIN_QUIET: Duration = Duration::from_millis(250);
+
 /// One execution's place among a daemon's; given back when dropped.
 struct ExecutionSlot(Arc<SharedExecutions>);
 
@@ -400,6 +404,10 @@ where
     let (out, mut writer) = Outgoing::start(output, &options, version);
     let drain = options.drain.clone().unwrap_or_default();
     let mut told_draining = false;
+    // One clock for the whole connection: a client sending without pause cannot keep
+    // resetting it and so hold off the drain's end.
+    let mut drain_tick = tokio::time::interval_at(tokio::time::Instant::now() + DRAIN_POLL, DRAIN_POLL);
+    drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut writer_done = false;
     let waiting: Waiting = Arc::default();
     let fetch_waiting: FetchWaiting = Arc::default();
@@ -426,7 +434,7 @@ where
                 }
                 continue;
             }
-            () = tokio::time::sleep(DRAIN_POLL), if told_draining => {
+            _ = drain_tick.tick(), if told_draining => {
                 if drain.shut_down.is_cancelled() {
                     // The drain timeout passed: what still runs ends now, with its outcome.
                     let text = texts::DAEMON_SHUT_DOWN.fill(&[&drain.timeout.as_millis().to_string()]);
@@ -439,8 +447,10 @@ where
                     }
                     break Ok(());
                 }
-                // Drained: nothing of this connection's is left to finish.
-                if !live() {
+                // Drained: nothing of this connection's is left to finish, and the client has
+                // been quiet a while (an execute it sent as the drain began was read, and
+                // refused or run).
+                if !live() && out.last_activity().elapsed() >= DRAIN_QUIET {
                     break Ok(());
                 }
                 continue;
