@@ -12,7 +12,8 @@
 3. When the daemon sends that call, the execution is certainly running: it checks that
    codemode_executions_in_flight is 1 and, with --worker-parent, that this process (the
    daemon, as the host sees it) has a `codemode stdio` child, the process-isolation
-   worker running the program; then it runs --stop (e.g. `podman stop`, which sends
+   worker running the program, every thread of it with no-new-privileges, a seccomp
+   filter and no capabilities (docs/security.md); then it runs --stop (e.g. `podman stop`, which sends
    SIGTERM to PID 1) in the background.
 4. Expects the daemon's `draining` message on the connection, then a `refused` (reason
    draining) for a second execute sent after it; waits until /readyz answers 503 (the
@@ -56,14 +57,25 @@ def readyz(admin):
 
 
 def children(pid):
-    """The command lines of a process's children, as the host sees them."""
+    """A process's children as the host sees them: (pid, command line)."""
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
         with open(f"/proc/{pid}/task/{task}/children") as f:
             for child in f.read().split():
                 with open(f"/proc/{child}/cmdline", "rb") as c:
-                    found.append(c.read().replace(b"\0", b" ").decode().strip())
+                    found.append((int(child), c.read().replace(b"\0", b" ").decode().strip()))
     return found
+
+
+def confinement(pid, parent):
+    """What the kernel says of a worker's confinement (docs/security.md), every thread."""
+    threads = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/status") as f:
+            status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        threads.append({k: status[k].strip() for k in ("NoNewPrivs", "Seccomp", "CapEff", "CapBnd")})
+    own_userns = os.readlink(f"/proc/{pid}/ns/user") != os.readlink(f"/proc/{parent}/ns/user")
+    return threads, own_userns
 
 
 def metrics(admin):
@@ -147,10 +159,18 @@ def main():
         sys.exit(f"drain_client: codemode_executions_in_flight is {in_flight} with one execution live, not 1")
     say("the execution is running and waits on host.wait(); codemode_executions_in_flight is 1")
     if a.worker_parent:
-        workers = [c for c in children(a.worker_parent) if c.startswith("/usr/local/bin/codemode stdio ")]
+        workers = [(p, c) for p, c in children(a.worker_parent) if c.startswith("/usr/local/bin/codemode stdio ")]
         if not workers:
             sys.exit(f"drain_client: the daemon (pid {a.worker_parent}) has no `codemode stdio` child mid-run")
-        say(f"ok: {len(workers)} process-isolation worker(s) are the daemon's children mid-run: {workers[0]}")
+        say(f"ok: {len(workers)} process-isolation worker(s) are the daemon's children mid-run: {workers[0][1]}")
+        for pid, _ in workers:
+            threads, own_userns = confinement(pid, a.worker_parent)
+            unconfined = [t for t in threads if t["NoNewPrivs"] != "1" or t["Seccomp"] != "2"
+                          or t["CapEff"] != "0000000000000000" or t["CapBnd"] != "0000000000000000"]
+            if unconfined:
+                sys.exit(f"drain_client: worker {pid} has threads not confined: {unconfined}")
+        say(f"ok: every thread of every worker has NoNewPrivs 1, Seccomp 2 (filter), no capabilities, an "
+            f"empty bounding set; user namespace: {'its own' if own_userns else 'the pod’s (refused here)'}")
     say("stopping the daemon: " + a.stop)
     started = time.monotonic()
     stop = subprocess.Popen(shlex.split(a.stop), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
