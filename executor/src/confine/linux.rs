@@ -58,7 +58,11 @@ pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: boo
     }
     // A kernel without Landlock (older than 5.13, or the LSM not enabled) still gets the
     // seccomp allowlist, which is what `required` demands; the worker reports the layer.
-    layers.landlock = landlock()?;
+    // A container's own seccomp profile may refuse Landlock's calls: reported, not fatal.
+    layers.landlock = landlock().unwrap_or_else(|problem| {
+        eprintln!("codemode stdio: {problem}");
+        false
+    });
     Ok(layers)
 }
 
