@@ -67,6 +67,8 @@ pub(crate) fn allowlist() -> Vec<Entry> {
         entry!(SYS_futex, Any, "locks, condition variables, thread joins"),
         entry!(SYS_sched_yield, Any, "spin locks of the allocator and V8"),
         entry!(SYS_sched_getaffinity, Any, "thread pools size themselves"),
+        entry!(SYS_sched_getparam, Any, "V8's threads read their own priority (a query)"),
+        entry!(SYS_sched_getscheduler, Any, "V8's threads read their own scheduling policy (a query)"),
         entry!(SYS_nanosleep, Any, "sleeps"),
         entry!(SYS_clock_nanosleep, Any, "sleeps"),
         entry!(SYS_clock_gettime, Any, "the clock when the vDSO falls back to the kernel"),

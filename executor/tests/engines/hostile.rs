@@ -65,7 +65,9 @@ fn codemode_binary() -> std::path::PathBuf {
 
 /// Every hostile case again, each in a confined worker: same outcomes, and no worker is
 /// killed by its filter (a kill would be an outcome of its own, failing the case). The
-/// retained-engine cases are in-process only (process isolation refuses retention).
+/// retained-engine cases are in-process only (process isolation refuses retention). Two
+/// at a time: each case starts worker processes, and a machine full of them starves the
+/// timing cases.
 #[cfg(target_os = "linux")]
 #[test]
 fn the_hostile_cases_hold_in_confined_workers() {
@@ -81,6 +83,8 @@ fn the_hostile_cases_hold_in_confined_workers() {
             "the_hostile_cases_hold_in_confined_workers",
             "--skip",
             "a_retained_engines_",
+            "--test-threads",
+            "2",
         ])
         .output()
         .expect("the suite runs again");
