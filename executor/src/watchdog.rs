@@ -108,10 +108,10 @@ fn run(shared: &Weak<Shared>) {
         let now = Instant::now();
         let mut ready = Vec::new();
         while watches.heap.peek().is_some_and(|Reverse(first)| first.0 <= now) {
-            if let Some(Reverse(watch)) = watches.heap.pop() {
-                if !watch.cancelled() {
-                    ready.push(watch.3);
-                }
+            if let Some(Reverse(watch)) = watches.heap.pop()
+                && !watch.cancelled()
+            {
+                ready.push(watch.3);
             }
         }
         if ready.is_empty() {

@@ -93,7 +93,7 @@ impl Binary {
     ///
     /// Fails when the byte count is not a whole number of elements.
     pub fn new(kind: BinaryKind, bytes: Vec<u8>) -> Result<Binary, CodecError> {
-        if bytes.len() % kind.element_size() != 0 {
+        if !bytes.len().is_multiple_of(kind.element_size()) {
             return Err(CodecError::new(texts::BINARY_TAG_BAD_LENGTH.fill(&[
                 kind.name(),
                 &bytes.len().to_string(),

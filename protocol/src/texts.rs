@@ -43,10 +43,10 @@ impl Template {
     pub fn holes(self) -> Vec<&'static str> {
         let mut holes = Vec::new();
         for part in self.parts() {
-            if let TemplatePart::Hole(name) = part {
-                if !holes.contains(&name) {
-                    holes.push(name);
-                }
+            if let TemplatePart::Hole(name) = part
+                && !holes.contains(&name)
+            {
+                holes.push(name);
             }
         }
         holes

@@ -30,10 +30,10 @@ impl Timers {
 
     /// `true` when a live timer went.
     pub(super) fn clear(&mut self, id: u64) -> bool {
-        if let Some((firing, cleared)) = &mut self.firing {
-            if *firing == id {
-                *cleared = true;
-            }
+        if let Some((firing, cleared)) = &mut self.firing
+            && *firing == id
+        {
+            *cleared = true;
         }
         match self.entries.remove(&id) {
             Some(entry) => {

@@ -749,19 +749,19 @@ impl FrameHead {
             Some((execution, call))
         };
         if let Some(rest) = head.strip_prefix(br#"{"type":"outcome","execution":"#) {
-            if let Some((execution, rest)) = number(rest) {
-                if rest.starts_with(b",") {
-                    return FrameHead::Outcome { execution };
-                }
+            if let Some((execution, rest)) = number(rest)
+                && rest.starts_with(b",")
+            {
+                return FrameHead::Outcome { execution };
             }
         } else if let Some(rest) = head.strip_prefix(br#"{"type":"call","execution":"#) {
             if let Some((execution, call)) = ids(rest) {
                 return FrameHead::Call { execution, call };
             }
-        } else if let Some(rest) = head.strip_prefix(br#"{"type":"fetch","execution":"#) {
-            if let Some((execution, call)) = ids(rest) {
-                return FrameHead::Fetch { execution, call };
-            }
+        } else if let Some(rest) = head.strip_prefix(br#"{"type":"fetch","execution":"#)
+            && let Some((execution, call)) = ids(rest)
+        {
+            return FrameHead::Fetch { execution, call };
         }
         FrameHead::Unknown
     }
@@ -860,7 +860,7 @@ mod tests {
             let sender: usize = words.next().unwrap().parse().unwrap();
             let n: usize = words.next().unwrap().parse().unwrap();
             assert_eq!(n, next[sender], "sender {sender}'s frames in order");
-            assert_eq!(words.next().unwrap().len(), if n % 50 == 0 { 300_000 } else { 20 });
+            assert_eq!(words.next().unwrap().len(), if n.is_multiple_of(50) { 300_000 } else { 20 });
             next[sender] += 1;
         }
         senders.into_iter().for_each(|sender| sender.join().unwrap());

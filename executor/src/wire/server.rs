@@ -305,11 +305,11 @@ where
         send_timeout: None,
         ..ServeOptions::default()
     };
-    if is_tokio_stdio(&input, &output) {
-        if let Some((reading, writing)) = QuietStream::stdio() {
-            drop((input, output));
-            return serve_with(executor, tokio::io::BufReader::new(reading), writing, options).await;
-        }
+    if is_tokio_stdio(&input, &output)
+        && let Some((reading, writing)) = QuietStream::stdio()
+    {
+        drop((input, output));
+        return serve_with(executor, tokio::io::BufReader::new(reading), writing, options).await;
     }
     serve_with(executor, input, output, options).await
 }
@@ -370,15 +370,15 @@ where
         Ok(Some(ClientMessage::Hello(hello)))
             if hello.protocol == PROTOCOL_NAME && negotiate(hello.version).is_some() =>
         {
-            if let Some(expected) = &options.token {
-                if !token_matches(hello.token.as_deref(), expected) {
-                    let message = if hello.token.is_none() {
-                        "this daemon requires a token and the hello carried none; pass the token the daemon was started with"
-                    } else {
-                        "the hello's token is not this daemon's token"
-                    };
-                    return refuse(&mut output, ProtocolErrorKind::Unauthorized, message.to_owned()).await;
-                }
+            if let Some(expected) = &options.token
+                && !token_matches(hello.token.as_deref(), expected)
+            {
+                let message = if hello.token.is_none() {
+                    "this daemon requires a token and the hello carried none; pass the token the daemon was started with"
+                } else {
+                    "the hello's token is not this daemon's token"
+                };
+                return refuse(&mut output, ProtocolErrorKind::Unauthorized, message.to_owned()).await;
             }
             negotiate(hello.version).unwrap_or(OLDEST_PROTOCOL_VERSION)
         }

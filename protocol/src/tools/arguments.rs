@@ -185,20 +185,20 @@ impl ToolTable {
         while list.last() == Some(&Json::Null) {
             list.pop();
         }
-        if let Some(most) = parameters.most() {
-            if list.len() > most {
-                return Err(ArgumentsError {
-                    message: texts::TOOL_TOO_MANY_ARGUMENTS.fill(&[
-                        &call.signature(&parameters),
-                        &match most {
-                            0 => "no arguments".to_owned(),
-                            1 => "at most 1 argument".to_owned(),
-                            n => format!("at most {n} arguments"),
-                        },
-                        &list.len().to_string(),
-                    ]),
-                });
-            }
+        if let Some(most) = parameters.most()
+            && list.len() > most
+        {
+            return Err(ArgumentsError {
+                message: texts::TOOL_TOO_MANY_ARGUMENTS.fill(&[
+                    &call.signature(&parameters),
+                    &match most {
+                        0 => "no arguments".to_owned(),
+                        1 => "at most 1 argument".to_owned(),
+                        n => format!("at most {n} arguments"),
+                    },
+                    &list.len().to_string(),
+                ]),
+            });
         }
         Ok(match parameters {
             Parameters::Named(named) => Json::Object(

@@ -355,13 +355,12 @@ impl<'a> Renderer<'a> {
     /// The type of a whole input or output schema: its interface when it is a titled
     /// object (`true` then), else the type itself.
     fn root_ty(&mut self, cx: Cx<'a>) -> (Ty, bool) {
-        if let Json::Object(map) = cx.root {
-            if map.get("title").and_then(Json::as_str).is_some_and(|t| !t.is_empty())
-                && is_plain_object(cx.root, map)
-            {
-                let id = self.node(cx.root, String::new(), cx.root);
-                return (Ty::Atom(placeholder(id)), true);
-            }
+        if let Json::Object(map) = cx.root
+            && map.get("title").and_then(Json::as_str).is_some_and(|t| !t.is_empty())
+            && is_plain_object(cx.root, map)
+        {
+            let id = self.node(cx.root, String::new(), cx.root);
+            return (Ty::Atom(placeholder(id)), true);
         }
         (self.ty(cx, cx.root), false)
     }
@@ -453,11 +452,11 @@ impl<'a> Renderer<'a> {
             self.by_type(cx, map)
         });
         for key in ["anyOf", "oneOf"] {
-            if let Some(Json::Array(members)) = map.get(key) {
-                if !members.is_empty() {
-                    let members = members.iter().map(|member| self.ty(cx.deeper(), member)).collect();
-                    parts.push(union(members));
-                }
+            if let Some(Json::Array(members)) = map.get(key)
+                && !members.is_empty()
+            {
+                let members = members.iter().map(|member| self.ty(cx.deeper(), member)).collect();
+                parts.push(union(members));
             }
         }
         if let Some(Json::Array(members)) = map.get("allOf") {
@@ -587,10 +586,10 @@ impl<'a> Renderer<'a> {
         let Some(reference) = reference.as_str() else { return Ty::Unknown };
         let Some(pointer) = reference.strip_prefix('#') else { return Ty::Unknown };
         let Some(target) = lookup(cx.root, reference) else { return Ty::Unknown };
-        if let Json::Object(map) = target {
-            if let Some(kind) = binary(cx.root, map) {
-                return kind;
-            }
+        if let Json::Object(map) = target
+            && let Some(kind) = binary(cx.root, map)
+        {
+            return kind;
         }
         let mut segments = pointer.split('/');
         let definition = segments.next() == Some("")
@@ -599,10 +598,11 @@ impl<'a> Renderer<'a> {
             && segments.next().is_none();
         if pointer.is_empty() || definition {
             let id = self.node(cx.root, pointer.to_owned(), target);
-            if let Some(alias) = cx.alias {
-                if !self.nodes[id].interface && !self.add_edge(alias, id) {
-                    return Ty::Unknown;
-                }
+            if let Some(alias) = cx.alias
+                && !self.nodes[id].interface
+                && !self.add_edge(alias, id)
+            {
+                return Ty::Unknown;
             }
             return Ty::Atom(placeholder(id));
         }

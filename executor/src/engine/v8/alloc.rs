@@ -64,21 +64,21 @@ impl Account {
             return;
         }
         let freed = self.freed_elsewhere.swap(0, Ordering::AcqRel);
-        if freed > 0 {
-            if let Some(budget) = self.budget.get() {
-                budget.refund(freed);
-            }
+        if freed > 0
+            && let Some(budget) = self.budget.get()
+        {
+            budget.refund(freed);
         }
     }
 
     /// Room for `bytes` more; `false` (the budget latched, the isolate stopping) when there is none.
     pub(super) fn charge(&self, bytes: usize) -> bool {
         self.settle();
-        if let Some(budget) = self.budget.get() {
-            if !budget.charge(bytes) {
-                self.exceed();
-                return false;
-            }
+        if let Some(budget) = self.budget.get()
+            && !budget.charge(bytes)
+        {
+            self.exceed();
+            return false;
         }
         self.held.fetch_add(bytes, Ordering::AcqRel);
         true

@@ -73,10 +73,10 @@ impl Shared {
         let Some(private) = self.promise_key.borrow().as_ref().map(|key| v8::Local::new(scope, key)) else {
             return 0;
         };
-        if let Some(id) = promise.get_private(scope, private) {
-            if let Ok(id) = v8::Local::<v8::Number>::try_from(id) {
-                return id.value() as u64;
-            }
+        if let Some(id) = promise.get_private(scope, private)
+            && let Ok(id) = v8::Local::<v8::Number>::try_from(id)
+        {
+            return id.value() as u64;
         }
         let id = self.next_key.get() + 1;
         self.next_key.set(id);
