@@ -1,5 +1,36 @@
 //! codemode-conformance: golden transcripts of the tools guide, and a runner that checks
 //! any executor against them (in-process, or a program speaking the wire protocol).
+//!
+//! A transcript is a request, the calls that must reach the host with their answers, and
+//! the outcome; [`run_case`] plays the host and compares:
+//!
+//! ```
+//! use codemode_conformance::{InProcess, Transcript, run_case};
+//!
+//! let transcript: Transcript = serde_json::from_str(
+//!     r#"{
+//!       "name": "one call and its answer",
+//!       "section": "Quick start",
+//!       "request": {
+//!         "code": "async () => (await store.find(7)).name",
+//!         "providers": [{ "name": "store", "tools": ["find"] }],
+//!         "dispatch": true
+//!       },
+//!       "exchanges": [{
+//!         "call": { "provider": "store", "tool": "find", "argsJson": "[7]" },
+//!         "answer": "{\"result\":{\"name\":\"Ada\"}}"
+//!       }],
+//!       "outcome": { "result": "Ada", "logs": [] }
+//!     }"#,
+//! )
+//! .unwrap();
+//! let runtime = tokio::runtime::Runtime::new().unwrap();
+//! assert_eq!(runtime.block_on(run_case(&InProcess::new(), &transcript)), Ok(()));
+//! ```
+//!
+//! The suite itself is `transcripts/` in this package ([`load_dir`]); the
+//! `codemode-conformance` command runs it against any executor (`--executor-cmd`,
+//! `--connect`), and needs nothing the library does not.
 
 pub mod expected;
 pub mod implementation;

@@ -1,6 +1,21 @@
 //! The pure protocol of codemode-rs: everything a host or an alternative executor
 //! needs that is not an engine.
 //!
+//! ```
+//! use codemode_protocol::{error_envelope, read_answer, result_envelope, Answer};
+//!
+//! // What a host's dispatch answers a call with, and how the program reads it.
+//! let found = result_envelope(&serde_json::json!({ "id": 7, "name": "Ada" })).unwrap();
+//! assert_eq!(found, r#"{"result":{"id":7,"name":"Ada"}}"#);
+//! assert!(matches!(read_answer(&found), Ok(Answer::Result(_))));
+//! assert_eq!(error_envelope("No user 8."), r#"{"error":"No user 8."}"#);
+//! // Anything outside the envelope is a catchable error with a pinned text.
+//! assert_eq!(
+//!     read_answer("42").unwrap_err().message(),
+//!     "The dispatch answered outside the result envelope."
+//! );
+//! ```
+//!
 //! A program runs in a sandbox whose only way out is a tool call. A call leaves as
 //! three strings, a [`ToolCall`] (provider, tool, argsJson), and the host's
 //! [`Dispatch`] answers with one JSON string, the envelope: `{"result": v}` or

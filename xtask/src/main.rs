@@ -7,7 +7,8 @@ use std::process::{Command, ExitCode};
 const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
   ci              cargo fmt --check, clippy with warnings denied, every test, the generated-file drift
                   check, the Kubernetes manifests, the conformance suite against the Node peer, the mcp
-                  feature's tests
+                  feature's tests, each feature combination that matters, cargo package, the minimum
+                  Rust version
   schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
                   conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
@@ -39,9 +40,15 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
 }
 
+/// Our crates: the vendored QuickJS fork is a member only to be packaged with them, and
+/// keeps its upstream's formatting and lints.
+const OURS: [&str; 5] =
+    ["codemode-protocol", "codemode-executor", "codemode-cli", "codemode-conformance", "xtask"];
+const NOT_OURS: [&str; 4] = ["--exclude", "codemode-rquickjs-sys", "--exclude", "codemode-rquickjs-core"];
+
 fn cargo(args: &[&str]) -> Result<(), String> {
     eprintln!("xtask: cargo {}", args.join(" "));
-    let status = Command::new(env!("CARGO"))
+    let status = xtask::cargo_command(env!("CARGO"))
         .args(args)
         .current_dir(root())
         .status()
@@ -55,7 +62,7 @@ fn bench() -> Result<(), String> {
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_some() {
         // The engines side by side, V8 included, and V8's memory per live execution.
         cargo(&["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "engines"])?;
-        let status = Command::new(env!("CARGO"))
+        let status = xtask::cargo_command(env!("CARGO"))
             .args(["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "memory"])
             .env("CODEMODE_BENCH_ENGINE", "v8")
             .current_dir(root())
@@ -83,12 +90,17 @@ fn run_in(dir: &Path, program: &str, args: &[&str]) -> Result<(), String> {
 }
 
 fn ci() -> Result<(), String> {
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"])?;
-    cargo(&["test", "--workspace"])?;
+    let fmt: Vec<&str> =
+        ["fmt"].into_iter().chain(OURS.iter().flat_map(|p| ["-p", p])).chain(["--check"]).collect();
+    cargo(&fmt)?;
+    cargo(&[&["clippy", "--workspace"][..], &NOT_OURS, &["--all-targets", "--", "-D", "warnings"]].concat())?;
+    cargo(&[&["test", "--workspace"][..], &NOT_OURS].concat())?;
     schema(true)?;
     deploy_manifests()?;
     node_peer()?;
+    features()?;
+    package()?;
+    msrv()?;
     eprintln!(
         "xtask: the mcp feature: clippy, and its tests against the official MCP servers and TypeScript SDK"
     );
@@ -157,6 +169,90 @@ fn ci() -> Result<(), String> {
         "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"
     );
     cargo(&["test", "-p", "codemode-conformance", "--features", "v8"])
+}
+
+/// Each feature combination that matters, built alone (`-p` one package, so nothing else
+/// turns a feature on): what a library user gets with no features, each optional part,
+/// and the CLI with and without MCP. V8 is checked with clippy below when it is at hand.
+fn features() -> Result<(), String> {
+    let combinations: [&[&str]; 7] = [
+        &["-p", "codemode-protocol"],
+        &["-p", "codemode-executor", "--no-default-features"],
+        &["-p", "codemode-executor", "--features", "tls"],
+        &["-p", "codemode-executor", "--features", "mcp"],
+        &["-p", "codemode-cli"],
+        &["-p", "codemode-cli", "--features", "mcp"],
+        &["-p", "codemode-conformance"],
+    ];
+    for combination in combinations {
+        cargo(&[&["check"][..], combination].concat())?;
+    }
+    // The executor without `tls` refuses TLS with its text (in the workspace the CLI turns
+    // the feature on, so only a build of the executor alone sees it off).
+    cargo(&["test", "-p", "codemode-executor", "--test", "tls"])
+}
+
+/// The `.crate` file of every publishable crate, the QuickJS fork included, as
+/// `cargo publish` would upload it (`--no-verify`: xtask/tests/downstream.rs builds a crate
+/// outside the workspace from them). `cargo publish --dry-run` needs the registry's index
+/// online, so it is not run here.
+fn package() -> Result<(), String> {
+    // --allow-dirty: what is checked is the tree as it is (a fresh clone is clean anyway).
+    cargo(&["package", "--workspace", "--exclude", "xtask", "--no-verify", "--offline", "--allow-dirty"])
+}
+
+/// The minimum Rust version every manifest declares (`rust-version`), checked with that
+/// toolchain when rustup has it or can install it; otherwise said, not hidden.
+fn msrv() -> Result<(), String> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).map_err(|e| e.to_string())?;
+    let version = manifest
+        .lines()
+        .find_map(|line| line.strip_prefix("rust-version = \""))
+        .and_then(|rest| rest.strip_suffix('"'))
+        .ok_or("the workspace manifest declares no rust-version")?;
+    // `1.95` means 1.95.0, the oldest release of that version.
+    let version = if version.matches('.').count() == 1 { format!("{version}.0") } else { version.to_owned() };
+    let version = version.as_str();
+    let toolchain = format!("+{version}");
+    let have = |c: &mut Command| c.arg("--version").output().is_ok_and(|o| o.status.success());
+    if !have(Command::new("cargo").arg(&toolchain)) {
+        eprintln!("xtask: installing Rust {version} with rustup to check the minimum Rust version");
+        let installed = Command::new("rustup")
+            .args(["toolchain", "install", version, "--profile", "minimal"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !installed || !have(Command::new("cargo").arg(&toolchain)) {
+            eprintln!(
+                "xtask: WARNING: Rust {version} is not available here (rustup could not install it): \
+                 the minimum Rust version is NOT checked"
+            );
+            return Ok(());
+        }
+    }
+    eprintln!("xtask: the publishable crates on Rust {version}, the minimum the manifests declare");
+    let status = xtask::cargo_command("cargo")
+        .args([
+            &toolchain,
+            "check",
+            "-p",
+            "codemode-protocol",
+            "-p",
+            "codemode-executor",
+            "-p",
+            "codemode-cli",
+            "-p",
+            "codemode-conformance",
+            "--features",
+            "codemode-executor/tls,codemode-executor/mcp,codemode-cli/mcp",
+        ])
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("could not run cargo {toolchain}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("the crates do not build on Rust {version} ({status})"))
+    }
 }
 
 /// The conformance suite against the Node peer, an executor written apart on V8.

@@ -1,11 +1,15 @@
-//! Downstream: a crate outside the workspace that depends on `codemode-executor` gets the
-//! patched QuickJS (vendor/rquickjs-sys/PATCHES.md, section 3), so a builtin's endless loop
-//! stops at the deadline there too.
+//! Downstream: a crate outside the workspace, built from the packaged `.crate` files as
+//! crates.io would serve them, runs a program and gets the patched QuickJS
+//! (vendor/rquickjs-sys/PATCHES.md, section 3), so a builtin's endless loop stops at the
+//! deadline there too.
 //!
-//! The crate is generated under `<target>/downstream/` and built with the workspace's own
-//! target directory, lock file and `[profile.*]` sections, so it reuses what the workspace
-//! built (registry crates; the path crates are built once more, their metadata being
-//! relative to the workspace root). On stock QuickJS the program's engine never stops.
+//! `cargo package --workspace` writes the `.crate` files (unpublished crates resolve
+//! against each other there); the four the executor needs are unpacked under
+//! `<target>/downstream/crates/`, and the scratch crate names them in `[patch.crates-io]`,
+//! so it depends on `codemode-executor = "0.1.0"` exactly as a user's crate does. It is
+//! built offline with the workspace's target directory, lock file and `[profile.*]`
+//! sections, so it reuses the registry crates the workspace built. On stock QuickJS the
+//! program's engine never stops.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -74,24 +78,6 @@ fn profiles(manifest: &str) -> String {
     out
 }
 
-/// Whether `name` is one of the variables cargo sets for this test process (not the user's
-/// own configuration): a nested build must not see them, or build scripts watching one
-/// (ring's watches `CARGO_MANIFEST_DIR`) rerun, and the next workspace build reruns them back.
-fn set_by_cargo_for_this_test(name: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|p| name.starts_with(p))
-        || [
-            "CARGO",
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "OUT_DIR",
-        ]
-        .contains(&name)
-}
-
 /// Runs `command` with its output in `log`, killing it at `limit`.
 fn run(mut command: Command, log: &Path, limit: Duration, what: &str) -> (bool, String) {
     let file = fs::File::create(log).unwrap();
@@ -116,42 +102,103 @@ fn run(mut command: Command, log: &Path, limit: Duration, what: &str) -> (bool, 
     (status.success(), fs::read_to_string(log).unwrap())
 }
 
+/// Make `to` hold what `from` holds, writing only the files whose bytes differ (their
+/// modification times are what cargo's fingerprints of path crates read).
+fn sync(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for entry in fs::read_dir(to).unwrap() {
+        let entry = entry.unwrap();
+        if !from.join(entry.file_name()).exists() {
+            let path = entry.path();
+            if path.is_dir() { fs::remove_dir_all(path).unwrap() } else { fs::remove_file(path).unwrap() }
+        }
+    }
+    for entry in fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let (source, destination) = (entry.path(), to.join(entry.file_name()));
+        if source.is_dir() {
+            sync(&source, &destination);
+        } else if fs::read(&destination).ok() != Some(fs::read(&source).unwrap()) {
+            fs::copy(&source, &destination).unwrap();
+        }
+    }
+}
+
+/// The publishable crates the executor is made of, as `cargo package` names them.
+const CRATES: [&str; 4] = [
+    "codemode-protocol-0.1.0",
+    "codemode-rquickjs-sys-0.14.0",
+    "codemode-rquickjs-core-0.14.0",
+    "codemode-executor-0.1.0",
+];
+
 #[test]
-fn a_crate_depending_on_the_executor_stops_a_builtins_endless_loop() {
+fn a_crate_depending_on_the_packaged_executor_runs_and_stops_a_builtins_endless_loop() {
     let started = Instant::now();
     let root = root();
     let target = target_dir();
     let dir = target.join("downstream");
-    fs::create_dir_all(dir.join("src")).unwrap();
+    fs::create_dir_all(dir.join("app/src")).unwrap();
+
+    // The .crate files, uncommitted changes included (a clean clone has none).
+    let mut package = xtask::cargo_command(env!("CARGO"));
+    package
+        .args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--allow-dirty", "--offline"])
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target);
+    let (packaged, log) = run(package, &dir.join("package.log"), BUILD_LIMIT, "cargo package");
+    assert!(packaged, "cargo package failed:\n{log}");
+    let mut patches = String::new();
+    let staging = dir.join("unpacked");
+    let _ = fs::remove_dir_all(&staging);
+    fs::create_dir_all(&staging).unwrap();
+    for name in CRATES {
+        let file = target.join("package").join(format!("{name}.crate"));
+        let mut untar = Command::new("tar");
+        untar.arg("-xzf").arg(&file).arg("-C").arg(&staging);
+        let (unpacked, log) = run(untar, &dir.join("tar.log"), RUN_LIMIT, "tar");
+        assert!(unpacked, "cannot unpack {}:\n{log}", file.display());
+        // Only what changed is written, so cargo rebuilds only what changed.
+        sync(&staging.join(name), &dir.join("crates").join(name));
+        let (crate_name, _) = name.rsplit_once('-').unwrap();
+        patches.push_str(&format!("{crate_name} = {{ path = {:?} }}\n", dir.join("crates").join(name)));
+    }
+
     let manifest = fs::read_to_string(root.join("Cargo.toml")).unwrap();
-    let executor = root.join("executor");
     fs::write(
-        dir.join("Cargo.toml"),
+        dir.join("app/Cargo.toml"),
         format!(
             "# Generated by xtask/tests/downstream.rs.\n[package]\nname = \"codemode-downstream-check\"\n\
              version = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n[dependencies]\n\
-             codemode-executor = {{ path = {executor:?}, default-features = false }}\n\
+             codemode-executor = \"0.1.0\"\n\
              tokio = {{ version = \"1\", features = [\"rt\", \"time\"] }}\n\n\
+             # The packaged sources, as crates.io would serve them.\n[patch.crates-io]\n{patches}\n\
              # Its own workspace, not the one above it.\n[workspace]\n\n{}",
             profiles(&manifest)
         ),
     )
     .unwrap();
-    fs::write(dir.join("src/main.rs"), MAIN).unwrap();
+    fs::write(dir.join("app/src/main.rs"), MAIN).unwrap();
     // The workspace's versions, so the registry crates it built are reused.
-    fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    fs::copy(root.join("Cargo.lock"), dir.join("app/Cargo.lock")).unwrap();
 
-    let mut build = Command::new(env!("CARGO"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo_for_this_test) {
-            build.env_remove(name);
-        }
-    }
-    build.args(["build", "--offline", "--quiet"]).current_dir(&dir).env("CARGO_TARGET_DIR", &target);
+    let mut build = xtask::cargo_command(env!("CARGO"));
+    build
+        .args(["build", "--offline", "--quiet"])
+        .current_dir(dir.join("app"))
+        .env("CARGO_TARGET_DIR", &target);
     let (built, log) = run(build, &dir.join("build.log"), BUILD_LIMIT, "building the downstream crate");
     assert!(built, "the downstream crate did not build:\n{log}");
+    // It was built from the unpacked .crate files, not from the workspace.
+    let tree = xtask::cargo_command(env!("CARGO"))
+        .args(["tree", "--offline", "-i", "codemode-rquickjs-sys", "--prefix", "none"])
+        .current_dir(dir.join("app"))
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&tree.stdout).into_owned();
+    let sys = format!("codemode-rquickjs-sys v0.14.0 ({})", dir.join("crates").join(CRATES[1]).display());
+    assert_eq!(tree.lines().next(), Some(sys.as_str()), "{tree}");
     let built_in = started.elapsed();
-
     let binary =
         target.join("debug").join(format!("codemode-downstream-check{}", std::env::consts::EXE_SUFFIX));
     let (ran, output) = run(Command::new(binary), &dir.join("run.log"), RUN_LIMIT, "the downstream program");

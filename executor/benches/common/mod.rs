@@ -27,6 +27,25 @@ pub(crate) fn echo_bytes() -> Request {
     })
 }
 
+/// Whether cargo set `name` for this process (not the user): a nested cargo seeing it
+/// reruns build scripts that watch it (ring's), and the user's next build reruns them back.
+pub(crate) fn set_by_cargo(name: &str) -> bool {
+    ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|prefix| name.starts_with(prefix))
+        || [
+            "CARGO",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_MANIFEST_LINKS",
+            "CARGO_CRATE_NAME",
+            "CARGO_BIN_NAME",
+            "CARGO_PRIMARY_PACKAGE",
+            "CARGO_TARGET_TMPDIR",
+            "CARGO_RUSTC_CURRENT_DIR",
+            "OUT_DIR",
+        ]
+        .contains(&name)
+}
+
 /// The `codemode` binary (package `codemode-cli`) in this bench's profile, built here once:
 /// a bench cannot name another package's binary, and process isolation and the daemon need one.
 pub(crate) fn codemode_binary() -> std::path::PathBuf {
@@ -37,6 +56,11 @@ pub(crate) fn codemode_binary() -> std::path::PathBuf {
             let release =
                 exe.ancestors().nth(2).and_then(std::path::Path::file_name).is_some_and(|n| n == "release");
             let mut cargo = std::process::Command::new(env!("CARGO"));
+            for (name, _) in std::env::vars_os() {
+                if name.to_str().is_some_and(set_by_cargo) {
+                    cargo.env_remove(name);
+                }
+            }
             cargo.args([
                 "build",
                 "--quiet",

@@ -1,4 +1,6 @@
 //! `codemode`: run a program against providers served from a real store, print the outcome.
+//! Also `declarations`, `stdio`, `serve` (the daemon) and, with the `mcp` feature, `mcp`.
+//! Install with `cargo install codemode-cli`; `codemode --help` says the rest.
 //!
 //! Exit status: 0 for a result, 1 for an error outcome, 2 for bad usage or unreadable
 //! input (with a message on stderr saying what to fix).
