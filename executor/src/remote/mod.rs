@@ -130,10 +130,10 @@ impl Remote {
         if let Some(connection) = usable(&lock(&self.current)) {
             return Ok(connection);
         }
-        if let Some((at, problem)) = &*failure {
-            if *at >= asked {
-                return Err(problem.clone());
-            }
+        if let Some((at, problem)) = &*failure
+            && *at >= asked
+        {
+            return Err(problem.clone());
         }
         match self.target.open().await {
             Ok(fresh) => {
