@@ -192,13 +192,14 @@ fn features() -> Result<(), String> {
     cargo(&["test", "-p", "codemode-executor", "--test", "tls"])
 }
 
-/// The `.crate` file of every publishable crate, the QuickJS fork included, as
-/// `cargo publish` would upload it (`--no-verify`: xtask/tests/downstream.rs builds a crate
-/// outside the workspace from them). `cargo publish --dry-run` needs the registry's index
-/// online, so it is not run here.
+/// `cargo publish --dry-run` of every publishable crate, the QuickJS fork included: each
+/// is packaged (its `.crate` file in `target/package/`) and checked as crates.io would
+/// take it, in dependency order, the unpublished ones resolved against each other. It
+/// reads the registry's index (as `cargo package` does); `--no-verify` because
+/// xtask/tests/downstream.rs builds a crate outside the workspace from the `.crate` files.
 fn package() -> Result<(), String> {
     // --allow-dirty: what is checked is the tree as it is (a fresh clone is clean anyway).
-    cargo(&["package", "--workspace", "--exclude", "xtask", "--no-verify", "--offline", "--allow-dirty"])
+    cargo(&["publish", "--workspace", "--exclude", "xtask", "--dry-run", "--no-verify", "--allow-dirty"])
 }
 
 /// The minimum Rust version every manifest declares (`rust-version`), checked with that
