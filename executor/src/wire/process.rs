@@ -96,11 +96,11 @@ impl Handlers {
     /// The refusal of a call the worker should never have sent (past a bound its own
     /// runtime enforces), or `None` and the call counted in flight.
     fn admit(&self, payload: Option<usize>) -> Option<String> {
-        if let Some(size) = payload {
-            if size > self.max_payload_bytes {
-                let (size, limit) = (size.to_string(), self.max_payload_bytes.to_string());
-                return Some(texts::PAYLOAD_TOO_LARGE.fill(&[&size, &limit]));
-            }
+        if let Some(size) = payload
+            && size > self.max_payload_bytes
+        {
+            let (size, limit) = (size.to_string(), self.max_payload_bytes.to_string());
+            return Some(texts::PAYLOAD_TOO_LARGE.fill(&[&size, &limit]));
         }
         if self.in_flight.fetch_add(1, Ordering::SeqCst) >= self.max_calls_in_flight {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
@@ -421,11 +421,11 @@ async fn died(mut worker: Worker) -> Outcome {
     let status = tokio::time::timeout(EXIT_WAIT, worker.child.wait()).await;
     let tail = tail_text(&worker.stderr);
     #[cfg(unix)]
-    if let Ok(Ok(status)) = &status {
-        if confine::killed_by_seccomp(status) {
-            tracing::error!(pid, stderr = %tail, "confined worker process killed by its seccomp filter (SIGSYS)");
-            return Outcome::failure(OutcomeKind::Internal, texts::WORKER_CONFINEMENT_KILLED, Vec::new());
-        }
+    if let Ok(Ok(status)) = &status
+        && confine::killed_by_seccomp(status)
+    {
+        tracing::error!(pid, stderr = %tail, "confined worker process killed by its seccomp filter (SIGSYS)");
+        return Outcome::failure(OutcomeKind::Internal, texts::WORKER_CONFINEMENT_KILLED, Vec::new());
     }
     let _ = worker.child.start_kill();
     let status = match status {
