@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use codemode_protocol::{Outcome, OutcomeKind, scope_source};
+use codemode_protocol::{Outcome, OutcomeKind, entry_scope, scope_source};
 use tokio::runtime::Handle;
 
 use crate::config::{EngineKind, ExecutorConfig, Isolation};
@@ -146,7 +146,7 @@ impl Executor {
             Ok(limits) => limits,
             Err(refusal) => return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None),
         };
-        let scope = match scope_source(&request.code, &request.providers) {
+        let scope = match entry_scope(&request.code, &request.providers) {
             Ok(entry) => entry,
             Err(refusal) => return (refusal_outcome(&refusal), None),
         };
@@ -192,7 +192,8 @@ impl Executor {
             }),
         );
         let job = Job {
-            scope_source: scope,
+            scope_source: scope.source,
+            program: scope.map,
             deadline,
             limits,
             host: Arc::new(host),
@@ -217,6 +218,9 @@ impl Executor {
                     let outcome = match settlement {
                         Settlement::Returned(value) => Outcome::result(value, logs),
                         Settlement::Failed(kind, text) => Outcome::failure(kind, text, logs),
+                        Settlement::Threw(kind, text, location) => {
+                            Outcome::failure(kind, text, logs).with_location(location)
+                        }
                     };
                     if retain {
                         return (outcome, Some(Retained { _ticket: ticket, incoming }));
@@ -239,11 +243,11 @@ impl Executor {
 
 /// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.
 fn refusal_outcome(refusal: &codemode_protocol::EntryError) -> Outcome {
-    let kind = match refusal {
-        codemode_protocol::EntryError::Syntax(_) => OutcomeKind::Syntax,
-        codemode_protocol::EntryError::ProviderName(_) => OutcomeKind::Invalid,
+    let (kind, location) = match refusal {
+        codemode_protocol::EntryError::Syntax(error) => (OutcomeKind::Syntax, error.location()),
+        codemode_protocol::EntryError::ProviderName(_) => (OutcomeKind::Invalid, None),
     };
-    Outcome::failure(kind, refusal.to_string(), Vec::new())
+    Outcome::failure(kind, refusal.to_string(), Vec::new()).with_location(location)
 }
 
 const WORKER_GONE: &str = "The executor's execution thread stopped before the run ended. This is a bug in codemode-executor; please report it.";

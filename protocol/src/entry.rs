@@ -19,7 +19,8 @@
 use std::fmt;
 
 use crate::binary::{BINARY_TAG, BinaryKind};
-use crate::normalize::{CodeSyntaxError, normalize_code};
+use crate::locate::ProgramMap;
+use crate::normalize::{CodeSyntaxError, normalize_mapped};
 use crate::provider::{ProviderDescriptor, ProviderNameError, validate_providers};
 use crate::texts::{self, Template, TemplatePart};
 
@@ -83,8 +84,23 @@ pub fn entry_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
 /// [`ENTRY_BINDINGS`], declaring the providers, running the preludes, and returning
 /// `[promise of the program's result, __stringifyForDispatch]`.
 pub fn scope_source(code: &str, providers: &[ProviderDescriptor]) -> Result<String, EntryError> {
+    entry_scope(code, providers).map(|scope| scope.source)
+}
+
+/// The entry scope ([`scope_source`]) with the way from a place in it back to the code as sent.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EntryScope {
+    /// What [`scope_source`] gives.
+    pub source: String,
+    /// Where the program is in `source`, and where each of its bytes came from.
+    pub map: ProgramMap,
+}
+
+/// [`scope_source`] with its [`ProgramMap`].
+pub fn entry_scope(code: &str, providers: &[ProviderDescriptor]) -> Result<EntryScope, EntryError> {
     validate_providers(providers).map_err(EntryError::ProviderName)?;
-    let program = normalize_code(code).map_err(EntryError::Syntax)?;
+    let normalized = normalize_mapped(code).map_err(EntryError::Syntax)?;
+    let program = &normalized.source;
 
     let mut source = String::with_capacity(program.len() + 256);
     source.push_str("function (");
@@ -112,9 +128,11 @@ pub fn scope_source(code: &str, providers: &[ProviderDescriptor]) -> Result<Stri
         source.push_str("\n;}\n");
     }
     source.push_str("return [(async () => await (\n");
-    source.push_str(&program);
+    // The program begins a line of its own, so its columns are the scope's.
+    let first_line = u32::try_from(source.matches('\n').count() + 1).unwrap_or(u32::MAX);
+    source.push_str(program);
     source.push_str("\n)())(), __stringifyForDispatch];\n}");
-    Ok(source)
+    Ok(EntryScope { source, map: ProgramMap::new(code, normalized, first_line) })
 }
 
 /// The sandbox-side codec: an expression that, evaluated before any program or provider

@@ -59,6 +59,7 @@ pub mod codec;
 pub mod dispatch;
 pub mod entry;
 pub mod envelope;
+pub mod locate;
 pub mod normalize;
 pub mod provider;
 pub mod schema;
@@ -75,14 +76,15 @@ pub use dispatch::{
     Dispatch, DispatchFuture, EnvelopeDispatch, Latch, LatchGuard, ToolCall, ToolNotFoundError,
     create_envelope_dispatch,
 };
-pub use entry::{EntryError, codec_source, entry_source, scope_source};
+pub use entry::{EntryError, EntryScope, codec_source, entry_scope, entry_source, scope_source};
+pub use locate::{ColumnUnit, ProgramMap};
 pub use envelope::{Answer, AnswerError, error_envelope, read_answer, result_envelope};
-pub use normalize::{CodeSyntaxError, normalize_code};
+pub use normalize::{CodeSyntaxError, Normalized, normalize_code, normalize_mapped};
 pub use provider::{
     ProviderDescriptor, ProviderNameError, REFUSED_WORDS, RESERVED_PROVIDER_NAMES, validate_providers,
 };
 pub use tools::{CodeTool, ProviderSpec, ToolSpec, ToolTable, ToolTableError};
-pub use wire::{ExecuteRequest, Outcome, OutcomeKind};
+pub use wire::{ExecuteRequest, Location, Outcome, OutcomeKind};
 
 /// The examples of `docs/protocol.md`, compiled and run as doctests.
 #[cfg(doctest)]

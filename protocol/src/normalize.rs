@@ -39,6 +39,7 @@ use oxc_parser::{ParseOptions, Parser};
 use oxc_span::{GetSpan, SourceType, Span};
 
 use crate::texts;
+use crate::wire::Location;
 
 /// The program written for an empty `code`.
 pub const EMPTY_PROGRAM: &str = "async () => {}";
@@ -62,6 +63,8 @@ pub struct CodeSyntaxError {
     message: String,
     /// Whether the Display names the accepted forms ([`texts::CODE_ACCEPTED_FORMS`]).
     accepted_forms: bool,
+    /// Refused for its length: the position says nothing.
+    too_long: bool,
 }
 
 impl CodeSyntaxError {
@@ -78,6 +81,14 @@ impl CodeSyntaxError {
     /// What is wrong there.
     pub fn message(&self) -> &str {
         &self.message
+    }
+
+    /// Where, as an outcome's `location`: none for code refused for its length alone.
+    pub fn location(&self) -> Option<Location> {
+        (!self.too_long).then(|| Location {
+            line: u32::try_from(self.line).unwrap_or(u32::MAX),
+            column: u32::try_from(self.column).unwrap_or(u32::MAX),
+        })
     }
 }
 
@@ -121,17 +132,74 @@ impl std::error::Error for CodeSyntaxError {}
 ///
 /// When nothing fits, the error's position counts in the code as sent.
 pub fn normalize_code(code: &str) -> Result<String, CodeSyntaxError> {
+    normalize_mapped(code).map(|normalized| normalized.source)
+}
+
+/// Normalized code with the way back to the code as sent: which bytes of the function
+/// expression came from where in `code` (the rest is the normalizer's own wrapping).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Normalized {
+    /// The function expression the entry scope calls ([`normalize_code`]'s answer).
+    pub source: String,
+    /// Runs of `source` copied from the code as sent, in order.
+    segments: Vec<Segment>,
+}
+
+/// `len` bytes at `at` in the normalized source are the bytes at `from` in the code as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    at: usize,
+    from: usize,
+    len: usize,
+}
+
+impl Normalized {
+    /// The byte offset in the code as sent of byte `offset` of [`Normalized::source`];
+    /// `None` inside the normalizer's own wrapping.
+    pub fn original_offset(&self, offset: usize) -> Option<usize> {
+        let index = self.segments.partition_point(|segment| segment.at <= offset).checked_sub(1)?;
+        let segment = self.segments[index];
+        (offset < segment.at + segment.len).then(|| segment.from + (offset - segment.at))
+    }
+
+    fn wrapper(source: &str) -> Normalized {
+        Normalized { source: source.to_owned(), segments: Vec::new() }
+    }
+
+    /// Append the normalizer's own text.
+    fn push(&mut self, text: &str) {
+        self.source.push_str(text);
+    }
+
+    /// Append `text[range]`, where `text` starts at byte `base` of the code as sent.
+    fn copy(&mut self, text: &str, range: std::ops::Range<usize>, base: usize) {
+        let len = range.end - range.start;
+        if len > 0 {
+            self.segments.push(Segment { at: self.source.len(), from: base + range.start, len });
+        }
+        self.source.push_str(&text[range]);
+    }
+}
+
+/// [`normalize_code`] with the way back to the code as sent ([`Normalized`]).
+pub fn normalize_mapped(code: &str) -> Result<Normalized, CodeSyntaxError> {
     if code.len() > MAX_CODE_BYTES {
         let message = texts::CODE_TOO_LONG.fill(&[&code.len().to_string(), &MAX_CODE_BYTES.to_string()]);
-        return Err(CodeSyntaxError { line: 1, column: 1, message, accepted_forms: false });
+        return Err(CodeSyntaxError { line: 1, column: 1, message, accepted_forms: false, too_long: true });
     }
     // Code nested 100,000 deep would overflow the caller's stack inside the parser: the
     // parse runs on a stack sized to the code whenever the caller's may be too small.
-    let needed = PARSER_STACK_BASE + code.len() * PARSER_STACK_PER_BYTE;
+    on_parser_stack(code.len(), || normalize_on_this_stack(code))
+}
+
+/// Run `parse` (a parse of `length` bytes of code) on a stack sized to the code whenever
+/// the caller's may be too small.
+pub(crate) fn on_parser_stack<R>(length: usize, parse: impl FnOnce() -> R) -> R {
+    let needed = PARSER_STACK_BASE + length * PARSER_STACK_PER_BYTE;
     if stacker::remaining_stack().is_some_and(|left| left >= needed) {
-        normalize_on_this_stack(code)
+        parse()
     } else {
-        stacker::grow(needed, || normalize_on_this_stack(code))
+        stacker::grow(needed, parse)
     }
 }
 
@@ -139,7 +207,7 @@ fn parse_options() -> ParseOptions {
     ParseOptions { allow_return_outside_function: true, ..ParseOptions::default() }
 }
 
-fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
+fn normalize_on_this_stack(code: &str) -> Result<Normalized, CodeSyntaxError> {
     let blocks = markdown_blocks(code);
     let (fenced_start, end) = match blocks.as_slice() {
         [] => (0, code.len()),
@@ -153,8 +221,9 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
     let body = untrimmed.trim();
     let start = fenced_start + (untrimmed.len() - untrimmed.trim_start().len());
     if body.is_empty() {
-        return Ok(EMPTY_PROGRAM.to_owned());
+        return Ok(Normalized::wrapper(EMPTY_PROGRAM));
     }
+    let mut out = Normalized::default();
     let at = |offset: usize, message: String, accepted_forms: bool| {
         position(code, start + offset, message, accepted_forms)
     };
@@ -163,7 +232,8 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
     let parsed = Parser::new(&allocator, body, SourceType::mjs()).with_options(parse_options()).parse();
     if let Some(error) = parsed.diagnostics.iter().next() {
         if is_anonymous_function(body) {
-            return Ok(body.to_owned());
+            out.copy(body, 0..body.len(), start);
+            return Ok(out);
         }
         let offset = error.labels.first().map_or(0, |label| label.offset() as usize);
         return Err(at(offset, error.message.to_string(), true));
@@ -190,9 +260,10 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
         None => body.to_owned(),
     };
     if let Some(export) = default_export {
-        return Ok(with_default_export(program, export, &text));
+        with_default_export(program, export, &text, start, &mut out);
+        return Ok(out);
     }
-    let slice = |span: Span| &text[span.start as usize..span.end as usize];
+    let range = |span: Span| span.start as usize..span.end as usize;
 
     if let ([], [only]) = (program.directives.as_slice(), program.body.as_slice()) {
         match only {
@@ -200,10 +271,14 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
                 if let Expression::ArrowFunctionExpression(_) | Expression::FunctionExpression(_) =
                     statement.expression.without_parentheses()
                 {
-                    return Ok(slice(statement.expression.span()).to_owned());
+                    out.copy(&text, range(statement.expression.span()), start);
+                    return Ok(out);
                 }
             }
-            Statement::FunctionDeclaration(function) => return Ok(slice(function.span).to_owned()),
+            Statement::FunctionDeclaration(function) => {
+                out.copy(&text, range(function.span), start);
+                return Ok(out);
+            }
             _ => {}
         }
     }
@@ -216,15 +291,19 @@ fn normalize_on_this_stack(code: &str) -> Result<String, CodeSyntaxError> {
         // Only string literals: the last one is a directive, and the result.
         None => program.directives.last().map(|d| (d.span, d.expression.span)),
     };
-    Ok(match last_expression {
-        Some((statement, expression)) => format!(
-            "async () => {{\n{}return ({});{}\n}}",
-            &text[..statement.start as usize],
-            slice(expression),
-            &text[statement.end as usize..],
-        ),
-        None => format!("async () => {{\n{text}\n}}"),
-    })
+    out.push("async () => {\n");
+    match last_expression {
+        Some((statement, expression)) => {
+            out.copy(&text, 0..statement.start as usize, start);
+            out.push("return (");
+            out.copy(&text, range(expression), start);
+            out.push(");");
+            out.copy(&text, statement.end as usize..text.len(), start);
+        }
+        None => out.copy(&text, 0..text.len(), start),
+    }
+    out.push("\n}");
+    Ok(out)
 }
 
 /// The program of a module whose default export is `export` (see the module docs).
@@ -232,8 +311,10 @@ fn with_default_export(
     program: &Program<'_>,
     export: &oxc_ast::ast::ExportDefaultDeclaration<'_>,
     text: &str,
-) -> String {
-    let slice = |span: Span| &text[span.start as usize..span.end as usize];
+    base: usize,
+    out: &mut Normalized,
+) {
+    let range = |span: Span| span.start as usize..span.end as usize;
     // What the default export is: its source, the name a declaration binds, and
     // whether it is a function for sure, a class, or a value known when the body ends.
     enum Kind {
@@ -261,22 +342,28 @@ fn with_default_export(
     };
 
     if let ([], [_]) = (program.directives.as_slice(), program.body.as_slice()) {
-        return match kind {
-            Kind::Function => slice(declared).to_owned(),
-            Kind::Class | Kind::Value => format!("async () => ({})", slice(declared)),
-        };
+        match kind {
+            Kind::Function => out.copy(text, range(declared), base),
+            Kind::Class | Kind::Value => {
+                out.push("async () => (");
+                out.copy(text, range(declared), base);
+                out.push(")");
+            }
+        }
+        return;
     }
 
     // A declaration keeps its name, in scope for the statements around it; anything
     // else is bound to a name the code does not use.
-    let (binding, name) = match name {
-        Some(name) => (slice(declared).to_owned(), name.to_owned()),
+    // The binding: `None` for a declaration (kept as written), or the fresh name.
+    let (fresh, name) = match name {
+        Some(name) => (None, name.to_owned()),
         None => {
             let mut fresh = String::from("__default");
             while text.contains(&fresh) {
                 fresh.push('_');
             }
-            (format!("const {fresh} = {};", slice(declared)), fresh)
+            (Some(fresh.clone()), fresh)
         }
     };
     let result = match kind {
@@ -284,11 +371,18 @@ fn with_default_export(
         Kind::Class => name,
         Kind::Value => format!("typeof {name} === \"function\" ? {name}() : {name}"),
     };
-    format!(
-        "async () => {{\n{}{binding}{}\nreturn ({result});\n}}",
-        &text[..export.span.start as usize],
-        &text[export.span.end as usize..],
-    )
+    out.push("async () => {\n");
+    out.copy(text, 0..export.span.start as usize, base);
+    match &fresh {
+        Some(fresh) => {
+            out.push(&format!("const {fresh} = "));
+            out.copy(text, range(declared), base);
+            out.push(";");
+        }
+        None => out.copy(text, range(declared), base),
+    }
+    out.copy(text, export.span.end as usize..text.len(), base);
+    out.push(&format!("\nreturn ({result});\n}}"));
 }
 
 /// Whether `body` is an anonymous function expression, which cannot stand as a statement.
@@ -397,5 +491,5 @@ fn position(code: &str, offset: usize, message: String, accepted_forms: bool) ->
     let before = code.get(..offset).unwrap_or(code);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    CodeSyntaxError { line, column, message, accepted_forms }
+    CodeSyntaxError { line, column, message, accepted_forms, too_long: false }
 }

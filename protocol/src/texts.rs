@@ -206,6 +206,15 @@ pub const CODE_TOOL_CODE_PARAMETER: &str =
 /// The run passed its wall-clock limit.
 pub const TIMEOUT: Template = Template("Execution timed out after {ms} ms.");
 
+/// An error outcome as a person or a model reads it: its text, then where in the code as
+/// sent it arose (`Outcome::error_display`).
+pub const ERROR_AT: Template = Template("{text} (at line {line}, column {column})");
+
+/// The engine ran out of memory while compiling the program, before any of it ran.
+pub const PROGRAM_TOO_LARGE: Template = Template(
+    "The program is too large to compile within its memory limit of {bytes} bytes. Send a shorter program, or raise memoryLimitBytes.",
+);
+
 /// The engine passed its memory limit.
 pub const MEMORY_LIMIT: Template = Template("Execution ran out of memory: the limit is {bytes} bytes.");
 

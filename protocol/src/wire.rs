@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 use crate::codec::Value;
 use crate::dispatch::ToolCall;
 use crate::provider::ProviderDescriptor;
+use crate::texts;
 
 /// The protocol's name in the hello.
 pub const PROTOCOL_NAME: &str = "codemode";
@@ -178,6 +179,12 @@ pub enum Outcome {
         error: String,
         /// What ended the run; never `returned`.
         kind: OutcomeKind,
+        /// Where in the code as sent the error arose, when known: a thrown Error's place
+        /// in the program's own code, or a syntax error's position. Absent for a value with
+        /// no stack (`throw 'x'`), an error made outside the program's code, and every
+        /// failure of the run itself.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        location: Option<Location>,
         /// One string per console call.
         logs: Vec<String>,
     },
@@ -201,6 +208,8 @@ struct OutcomeFields {
     error: Option<String>,
     #[serde(default)]
     kind: Option<OutcomeKind>,
+    #[serde(default)]
+    location: Option<Location>,
     logs: Vec<String>,
 }
 
@@ -215,6 +224,9 @@ impl<'de> Deserialize<'de> for Outcome {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Outcome, D::Error> {
         use serde::de::Error as _;
         let fields = OutcomeFields::deserialize(deserializer)?;
+        if fields.error.is_none() && fields.location.is_some() {
+            return Err(D::Error::custom("a returned outcome carries no `location`; only an error outcome does"));
+        }
         match (fields.error, fields.kind, fields.result) {
             (Some(_), _, Some(_)) => Err(D::Error::custom("an outcome has `result` or `error`, not both")),
             (Some(_), None, None) => {
@@ -223,7 +235,9 @@ impl<'de> Deserialize<'de> for Outcome {
             (Some(_), Some(OutcomeKind::Returned), None) => {
                 Err(D::Error::custom("an error outcome cannot be of kind `returned`"))
             }
-            (Some(error), Some(kind), None) => Ok(Outcome::Error { error, kind, logs: fields.logs }),
+            (Some(error), Some(kind), None) => {
+                Ok(Outcome::Error { error, kind, location: fields.location, logs: fields.logs })
+            }
             (None, Some(_), _) => Err(D::Error::custom(
                 "a returned outcome carries no `kind`; only an error outcome (with `error`) does",
             )),
@@ -249,7 +263,37 @@ impl Outcome {
     /// recorded as [`OutcomeKind::Internal`].
     pub fn failure(kind: OutcomeKind, text: impl Into<String>, logs: Vec<String>) -> Outcome {
         let kind = if kind == OutcomeKind::Returned { OutcomeKind::Internal } else { kind };
-        Outcome::Error { error: text.into(), kind, logs }
+        Outcome::Error { error: text.into(), kind, location: None, logs }
+    }
+
+    /// The same outcome with `location` (an error outcome only; a returned one is unchanged).
+    pub fn with_location(mut self, location: Option<Location>) -> Outcome {
+        if let Outcome::Error { location: at, .. } = &mut self {
+            *at = location;
+        }
+        self
+    }
+
+    /// Where the error arose in the code as sent, when known.
+    pub fn location(&self) -> Option<Location> {
+        match self {
+            Outcome::Error { location, .. } => *location,
+            Outcome::Result { .. } => None,
+        }
+    }
+
+    /// The error text as a person or a model reads it: the text, then its place in the
+    /// code as sent when known, `… (at line 3, column 14)` ([`texts::ERROR_AT`]). A text
+    /// that already names that place (the syntax error's `at line 3, column 14:`) is
+    /// not told it twice.
+    pub fn error_display(&self) -> Option<String> {
+        let Outcome::Error { error, location, .. } = self else { return None };
+        Some(match location {
+            Some(at) if !error.contains(&at.to_string()) => {
+                texts::ERROR_AT.fill(&[error, &at.line.to_string(), &at.column.to_string()])
+            }
+            _ => error.clone(),
+        })
     }
 
     /// How the run ended: [`OutcomeKind::Returned`] for a result, the error's kind otherwise.
@@ -279,6 +323,25 @@ impl Outcome {
     /// The outcome in the codec's JSON form, as transcripts write it.
     pub fn to_json_string(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|_| unreachable!("outcomes hold only codec values"))
+    }
+}
+
+/// A place in the code as sent: 1-based line, and 1-based column in characters (Unicode
+/// scalar values), counting everything the model sent (a Markdown fence and prose
+/// included), nothing the executor wrapped around it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Location {
+    /// The line, from 1.
+    pub line: u32,
+    /// The column, from 1, in characters.
+    pub column: u32,
+}
+
+impl std::fmt::Display for Location {
+    /// `line 3, column 14`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "line {}, column {}", self.line, self.column)
     }
 }
 

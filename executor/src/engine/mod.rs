@@ -16,7 +16,13 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+pub(crate) use codemode_protocol::ColumnUnit;
+
 use crate::budget::Budget;
+
+/// The name every engine gives the script of [`Engine::evaluate`] (the entry scope), by
+/// which the runtime finds the program's frames in a stack.
+pub(crate) const PROGRAM_SCRIPT: &str = "program.js";
 
 /// A value copied between the host and an engine.
 #[derive(Clone, Debug, PartialEq)]
@@ -107,6 +113,8 @@ pub(crate) trait Engine: Sized {
 
     /// A short name for texts and benches: `quickjs`, `v8`.
     const NAME: &'static str;
+    /// How the columns of the engine's stacks and positions count.
+    const COLUMNS: ColumnUnit;
 
     fn blank() -> Self::Blank;
     fn new(blank: Option<Self::Blank>, setup: EngineSetup) -> Result<Self, String>;
@@ -116,8 +124,13 @@ pub(crate) trait Engine: Sized {
         name: &'static str,
         source: fn() -> String,
     ) -> Result<Self::Value, Thrown<Self::Value>>;
-    /// Evaluate a strict classic script given as source.
+    /// Evaluate a strict classic script given as source, named [`PROGRAM_SCRIPT`] in stacks,
+    /// its lines and columns as written (a prefix the engine adds stays on the first line).
     fn evaluate(&mut self, source: &str) -> Result<Self::Value, Thrown<Self::Value>>;
+    /// Where in the script of [`Engine::evaluate`] `error`, a syntax error it threw,
+    /// points (line and column from 1, counted as [`Engine::COLUMNS`]), when the engine
+    /// keeps it outside the error's `stack`.
+    fn syntax_error_position(&mut self, error: &Self::Value) -> Option<(u32, u32)>;
     /// An object whose properties are native functions.
     fn native_object(&mut self, ops: &[(&'static str, Op)]) -> Result<Self::Value, Thrown<Self::Value>>;
     /// Call `function` with `this` undefined.

@@ -19,13 +19,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use codemode_protocol::{OutcomeKind, Value, parse_for_dispatch, texts};
+use codemode_protocol::{Location, OutcomeKind, ProgramMap, Value, parse_for_dispatch, texts};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::budget::Budget;
 use crate::config::Limits;
-use crate::engine::{Arg, Engine, EngineSetup, HostValue, PromiseState, Stopper, Thrown};
+use crate::engine::{Arg, Engine, EngineSetup, HostValue, PROGRAM_SCRIPT, PromiseState, Stopper, Thrown};
 use crate::host::{CallAnswer, Host};
 use crate::watchdog::Watchdog;
 use calls::Calls;
@@ -44,6 +44,8 @@ const ENGINE_PANICKED: &str = "The executor failed internally while running this
 pub(crate) struct Job {
     /// The protocol's entry scope for this program.
     pub(crate) scope_source: String,
+    /// The way from a place in the entry scope back to the code as sent.
+    pub(crate) program: ProgramMap,
     pub(crate) limits: Limits,
     pub(crate) deadline: Instant,
     pub(crate) host: Arc<Host>,
@@ -96,6 +98,8 @@ pub(crate) enum Event {
 pub(crate) enum Settlement {
     Returned(Option<Value>),
     Failed(OutcomeKind, String),
+    /// The program threw, or its code did not compile: with the place in the code as sent.
+    Threw(OutcomeKind, String, Option<Location>),
 }
 
 impl Settlement {
@@ -160,6 +164,7 @@ struct Prelude<V> {
     finish: V,
     describe: V,
     refusal_text: V,
+    stack: V,
 }
 
 /// The JavaScript values an execution holds; dropped before its engine.
@@ -220,6 +225,7 @@ pub(crate) fn run<E: Engine>(job: Job, blank: Option<E::Blank>) {
 }
 
 struct Execution<E: Engine> {
+    program: ProgramMap,
     /// Declared before the engine: handles go first.
     handles: Option<Handles<E::Value>>,
     state: Rc<RefCell<State>>,
@@ -257,6 +263,7 @@ impl<E: Engine> Execution<E> {
             logs_stopped: false,
         }));
         let mut execution = Execution {
+            program: job.program,
             handles: None,
             state,
             settlement: None,
@@ -328,6 +335,7 @@ impl<E: Engine> Execution<E> {
             finish: export(engine, 2)?,
             describe: export(engine, 3)?,
             refusal_text: export(engine, 4)?,
+            stack: export(engine, 5)?,
         };
         let start = export(engine, 1)?;
         self.handles = Some(Handles { prelude, run: None, unhandled: HashMap::new(), next_rejection: 0 });
@@ -400,8 +408,18 @@ impl<E: Engine> Execution<E> {
     fn fail(&mut self, failure: Failure<E::Value>) {
         let settlement = match failure {
             Failure::Stopped | Failure::Gone => self.stop_settlement(),
+            // Compiling the program ran out of memory: it is too large for its limit.
+            Failure::Syntax(_) if self.budget_exceeded() => {
+                let limit = self.state.borrow().budget.limit();
+                Settlement::Failed(OutcomeKind::Memory, texts::PROGRAM_TOO_LARGE.fill(&[&limit.to_string()]))
+            }
             Failure::Syntax(Thrown::Value(value)) => {
-                Settlement::Failed(OutcomeKind::Syntax, self.describe(&value))
+                let position = self.engine.as_mut().and_then(|engine| engine.syntax_error_position(&value));
+                let location = match position {
+                    Some((line, column)) => self.program.locate(line, column, E::COLUMNS),
+                    None => self.location(&value),
+                };
+                Settlement::Threw(OutcomeKind::Syntax, self.describe(&value), location)
             }
             Failure::Syntax(Thrown::Stopped) => self.stop_settlement(),
             Failure::Thrown(value) => {
@@ -427,7 +445,22 @@ impl<E: Engine> Execution<E> {
         // and rethrew it with a message of its own threw its own text.
         let bound = self.state.borrow().limits.max_result_bytes;
         let refused = refusal.is_some_and(|refusal| bound_error_text(refusal, bound, None) == text);
-        Settlement::Failed(if refused { OutcomeKind::Payload } else { OutcomeKind::Thrown }, text)
+        let location = self.location(value);
+        Settlement::Threw(if refused { OutcomeKind::Payload } else { OutcomeKind::Thrown }, text, location)
+    }
+
+    /// Where in the code as sent a thrown Error arose: the newest frame of its stack in the
+    /// program's own code. Frames of `async` callers are passed over: only V8 keeps them,
+    /// and every engine must give the same place.
+    fn location(&mut self, value: &E::Value) -> Option<Location> {
+        let (Some(engine), Some(handles)) = (self.engine.as_mut(), self.handles.as_ref()) else {
+            return None;
+        };
+        let stack = match engine.call(&handles.prelude.stack, &[Arg::Value(value)]).map(|v| engine.read(&v)) {
+            Ok(HostValue::String(stack)) => stack,
+            _ => return None,
+        };
+        program_frames(&stack).find_map(|(line, column)| self.program.locate(line, column, E::COLUMNS))
     }
 
     fn describe(&mut self, value: &E::Value) -> String {
@@ -727,6 +760,22 @@ impl<V> From<Thrown<V>> for Failure<V> {
             Thrown::Stopped => Failure::Stopped,
         }
     }
+}
+
+/// The places (line, column) of a stack's frames in the program's script, newest first,
+/// `async` callers left out: `    at f (program.js:7:14)` on QuickJS, `    at program.js:7:14` on V8.
+fn program_frames(stack: &str) -> impl Iterator<Item = (u32, u32)> + '_ {
+    let script = format!("{PROGRAM_SCRIPT}:");
+    stack.lines().filter_map(move |line| {
+        let frame = line.trim_start().strip_prefix("at ")?;
+        if frame.starts_with("async ") {
+            return None;
+        }
+        let place = &frame[frame.rfind(&script)? + script.len()..];
+        let (line, rest) = place.split_once(':')?;
+        let column: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Some((line.parse().ok()?, column.parse().ok()?))
+    })
 }
 
 /// The result in the codec's form, refused when it is past the bound.

@@ -15,6 +15,7 @@ const ErrorConstructor = Error;
 const TypeErrorConstructor = TypeError;
 const RangeErrorConstructor = RangeError;
 const StringConstructor = String;
+const stringSlice = String.prototype.slice;
 const isError = Error.isError;
 const jsonStringify = JSON.stringify;
 const jsonParse = JSON.parse;
@@ -129,6 +130,19 @@ const describe = (thrown) => {
     return StringConstructor(thrown);
   } catch {
     return texts.unprintable;
+  }
+};
+// A thrown Error's stack as the engine wrote it, for the runtime to find the program's
+// frames in: its tail only (frames follow the message, which may be long); undefined for
+// anything else.
+const stackOf = (thrown) => {
+  if (thrown === null || typeof thrown !== 'object' || !isError(thrown)) return undefined;
+  try {
+    const stack = thrown.stack;
+    if (typeof stack !== 'string') return undefined;
+    return stack.length > 8192 ? apply(stringSlice, stack, [stack.length - 8192]) : stack;
+  } catch {
+    return undefined;
   }
 };
 // The text a refusal was made with; undefined for anything else.
@@ -259,4 +273,4 @@ const describeBounded = (thrown) => {
   const text = describe(thrown);
   return text.length > maxResultBytes ? [text.slice(0, maxResultBytes), text.length] : text;
 };
-return [receive, start, finish, describeBounded, refusalText];
+return [receive, start, finish, describeBounded, refusalText, stackOf];

@@ -24,7 +24,7 @@ pub(super) fn web_source() -> String {
 }
 
 /// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => [receive,
-/// start, finish, describe, refusalText]`.
+/// start, finish, describe, refusalText, stackOf]`.
 pub(super) fn source() -> String {
     let texts = serde_json::json!({
         "unprintable": texts::UNPRINTABLE_THROWN_VALUE,

@@ -66,6 +66,7 @@ impl Engine for QuickJs {
     type Value = Handle;
     type Blank = Blank;
     const NAME: &'static str = "quickjs";
+    const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf8Bytes;
 
     fn blank() -> Blank {
         made_blank().unwrap_or_else(|e| panic!("{e}"))
@@ -121,9 +122,13 @@ impl Engine for QuickJs {
             let mut options = EvalOptions::default();
             options.global = true;
             options.strict = true;
-            options.filename = Some("program.js".to_owned());
+            options.filename = Some(super::PROGRAM_SCRIPT.to_owned());
             ctx.eval_with_options::<JsValue, _>(source, options)
         })
+    }
+
+    fn syntax_error_position(&mut self, _error: &Handle) -> Option<(u32, u32)> {
+        None // QuickJS writes a syntax error's place into its `stack`
     }
 
     fn native_object(&mut self, ops: &[(&'static str, Op)]) -> Result<Handle, Thrown<Handle>> {

@@ -169,6 +169,7 @@ impl Engine for V8 {
     type Value = Handle;
     type Blank = Blank;
     const NAME: &'static str = "v8";
+    const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf16Units;
 
     fn blank() -> Blank {
         let defaults = Limits::default();
@@ -246,9 +247,25 @@ impl Engine for V8 {
         let source = format!("'use strict';{source}");
         self.with(|scope, _| {
             let text = convert::string(scope, &source)?;
-            let origin = origin(scope, "program.js")?;
+            let origin = origin(scope, super::PROGRAM_SCRIPT)?;
             let script = v8::Script::compile(scope, text, Some(&origin))?;
             script.run(scope)
+        })
+    }
+
+    fn syntax_error_position(&mut self, error: &Handle) -> Option<(u32, u32)> {
+        // V8 keeps a compile error's place on the error, out of its `stack`: the message
+        // made for it reads it back.
+        self.enter(|scope| {
+            let error = v8::Local::new(scope, error);
+            let message = v8::Exception::create_message(scope, error);
+            let name = message.get_script_resource_name(scope)?.to_rust_string_lossy(scope);
+            if name != super::PROGRAM_SCRIPT {
+                return None;
+            }
+            let line = u32::try_from(message.get_line_number(scope)?).ok()?;
+            let column = u32::try_from(message.get_start_column()).ok()?;
+            Some((line, column + 1))
         })
     }
 
