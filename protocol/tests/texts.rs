@@ -83,6 +83,11 @@ fn the_limit_texts_are_pinned() {
     assert_eq!(TIMEOUT.fill(&["1000"]), "Execution timed out after 1000 ms.");
     assert_eq!(MEMORY_LIMIT.fill(&["8388608"]), "Execution ran out of memory: the limit is 8388608 bytes.");
     assert_eq!(
+        PROGRAM_TOO_LARGE.fill(&["67108864"]),
+        "The program is too large to compile within its memory limit of 67108864 bytes. Send a shorter program, or raise memoryLimitBytes."
+    );
+    assert_eq!(ERROR_AT.fill(&["boom", "3", "14"]), "boom (at line 3, column 14)");
+    assert_eq!(
         PAYLOAD_TOO_LARGE.fill(&["70", "64"]),
         "Tool call payload is 70 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call."
     );

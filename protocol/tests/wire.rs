@@ -4,7 +4,7 @@ use codemode_protocol::wire::{
     ClientMessage, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage, negotiate,
 };
 use codemode_protocol::{
-    Binary, ExecuteRequest, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
+    Binary, ExecuteRequest, Location, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
 };
 use serde::{Deserialize, Serialize};
 
@@ -68,6 +68,28 @@ fn outcomes() {
     test_serialization(
         &Outcome::failure(OutcomeKind::ResultTooLarge, "too big", vec![]),
         r#"{"error":"too big","kind":"resultTooLarge","logs":[]}"#,
+    );
+    test_serialization(
+        &Outcome::error("boom", vec![]).with_location(Some(Location { line: 3, column: 14 })),
+        r#"{"error":"boom","kind":"thrown","location":{"line":3,"column":14},"logs":[]}"#,
+    );
+}
+
+#[test]
+fn an_outcome_reads_with_its_location() {
+    let located = Outcome::error("boom", vec![]).with_location(Some(Location { line: 3, column: 14 }));
+    assert_eq!(located.location(), Some(Location { line: 3, column: 14 }));
+    assert_eq!(located.error_display().as_deref(), Some("boom (at line 3, column 14)"));
+    assert_eq!(Outcome::error("boom", vec![]).error_display().as_deref(), Some("boom"));
+    assert_eq!(Outcome::result(None, vec![]).error_display(), None);
+    // A returned outcome takes no location.
+    assert_eq!(Outcome::result(None, vec![]).with_location(Some(Location { line: 1, column: 1 })).location(), None);
+    // A text that names its place already is not told it twice.
+    let syntax = Outcome::failure(OutcomeKind::Syntax, "SyntaxError in code at line 2, column 5: Unexpected token", vec![])
+        .with_location(Some(Location { line: 2, column: 5 }));
+    assert_eq!(
+        syntax.error_display().as_deref(),
+        Some("SyntaxError in code at line 2, column 5: Unexpected token")
     );
 }
 
@@ -148,6 +170,14 @@ fn an_outcome_that_breaks_the_rules_is_refused() {
         "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal` at line 1 column 29"
     );
     assert_eq!(refusal(r#"{"result":1}"#), "missing field `logs` at line 1 column 12");
+    assert_eq!(
+        refusal(r#"{"result":1,"location":{"line":1,"column":1},"logs":[]}"#),
+        "a returned outcome carries no `location`; only an error outcome does"
+    );
+    assert_eq!(
+        refusal(r#"{"error":"boom","kind":"thrown","location":{"line":1},"logs":[]}"#),
+        "missing field `column` at line 1 column 53"
+    );
 }
 
 /// A result nested 100,000 deep crosses the wire both ways on a 2 MiB stack.
