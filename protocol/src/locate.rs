@@ -10,13 +10,14 @@
 //! at `o`. So a place is settled on the syntax, the same way for every engine: the
 //! innermost call, `new`, member access or assignment around it (in the same function)
 //! stands for it, each at one point: a call at its callee's name (`f` in `o.f()`), a
-//! `new` at `new`; a member access, an assignment, a binary operation (`1n + 1`, `'a' in
+//! `new` at `new`; a member access, an assignment, a destructuring pattern, a binary operation (`1n + 1`, `'a' in
 //! 5`) and an array literal (`[...5]`) at their start. A place in none of them (an unknown
 //! name, say) stays where the engine put it.
 
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{
-    ArrayExpression, ArrowFunctionExpression, AssignmentExpression, BinaryExpression, CallExpression, Expression, Function, MemberExpression,
+    ArrayAssignmentTarget, ArrayExpression, ArrayPattern, ArrowFunctionExpression, AssignmentExpression,
+    BinaryExpression, CallExpression, ObjectAssignmentTarget, ObjectPattern, Expression, Function, MemberExpression,
     NewExpression,
 };
 use oxc_ast_visit::{Visit, walk};
@@ -209,6 +210,34 @@ impl<'a> Visit<'a> for Snap {
         if self.holds(array.span) {
             self.weak(array.span.start);
             self.outside_callee(|snap| walk::walk_array_expression(snap, array));
+        }
+    }
+
+    fn visit_object_pattern(&mut self, pattern: &ObjectPattern<'a>) {
+        if self.holds(pattern.span) {
+            self.strong(pattern.span.start);
+            self.outside_callee(|snap| walk::walk_object_pattern(snap, pattern));
+        }
+    }
+
+    fn visit_array_pattern(&mut self, pattern: &ArrayPattern<'a>) {
+        if self.holds(pattern.span) {
+            self.strong(pattern.span.start);
+            self.outside_callee(|snap| walk::walk_array_pattern(snap, pattern));
+        }
+    }
+
+    fn visit_object_assignment_target(&mut self, pattern: &ObjectAssignmentTarget<'a>) {
+        if self.holds(pattern.span) {
+            self.strong(pattern.span.start);
+            self.outside_callee(|snap| walk::walk_object_assignment_target(snap, pattern));
+        }
+    }
+
+    fn visit_array_assignment_target(&mut self, pattern: &ArrayAssignmentTarget<'a>) {
+        if self.holds(pattern.span) {
+            self.strong(pattern.span.start);
+            self.outside_callee(|snap| walk::walk_array_assignment_target(snap, pattern));
         }
     }
 

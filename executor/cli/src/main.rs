@@ -2,8 +2,9 @@
 //! Also `declarations`, `stdio`, `serve` (the daemon) and, with the `mcp` feature, `mcp`.
 //! Install with `cargo install codemode-cli`; `codemode --help` says the rest.
 //!
-//! Exit status: 0 for a result, 1 for an error outcome, 2 for bad usage or unreadable
-//! input (with a message on stderr saying what to fix).
+//! Exit status: 0 for a result, 1 for an error outcome (its text also on stderr, with its
+//! place in the program when known: `codemode: thrown error: boom (at line 3, column 14)`),
+//! 2 for bad usage or unreadable input (with a message on stderr saying what to fix).
 
 mod db;
 mod fixture;
@@ -382,5 +383,9 @@ fn run(
         })?
     };
     println!("{}", outcome.to_json_string());
+    // For a person: the error as text, with its place in the program when known.
+    if let Some(text) = outcome.error_display() {
+        eprintln!("codemode: {} error: {text}", outcome.kind());
+    }
     Ok(if outcome.error_text().is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }

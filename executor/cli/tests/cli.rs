@@ -230,12 +230,24 @@ fn a_fixture_answers_provider_tool_keys() {
 
 #[test]
 fn exit_codes_say_result_error_or_usage() {
-    let (code, stdout, _) = codemode("async () => { throw new Error('failed') }", &[]);
-    assert_eq!((code, stdout.as_str()), (1, "{\"error\":\"failed\",\"kind\":\"thrown\",\"logs\":[]}\n"));
-    let (code, stdout, _) = codemode("async () => { while (true) {} }", &["--timeout-ms", "100"]);
+    // The outcome on stdout; for a person, its text on stderr with the place in the program.
+    let (code, stdout, stderr) = codemode("async () => {\n  throw new Error('failed')\n}", &[]);
     assert_eq!(
-        (code, stdout.as_str()),
-        (1, "{\"error\":\"Execution timed out after 100 ms.\",\"kind\":\"timeout\",\"logs\":[]}\n")
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "{\"error\":\"failed\",\"kind\":\"thrown\",\"location\":{\"line\":2,\"column\":9},\"logs\":[]}\n",
+            "codemode: thrown error: failed (at line 2, column 9)\n"
+        )
+    );
+    let (code, stdout, stderr) = codemode("async () => { while (true) {} }", &["--timeout-ms", "100"]);
+    assert_eq!(
+        (code, stdout.as_str(), stderr.as_str()),
+        (
+            1,
+            "{\"error\":\"Execution timed out after 100 ms.\",\"kind\":\"timeout\",\"logs\":[]}\n",
+            "codemode: timeout error: Execution timed out after 100 ms.\n"
+        )
     );
     let (code, _, stderr) = codemode("async () => 1", &["--timeout-ms", "soon"]);
     assert_eq!(code, 2);

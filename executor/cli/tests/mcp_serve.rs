@@ -91,6 +91,15 @@ fn failed(kind: &str, error: &str, logs: &[&str]) -> Json {
     })
 }
 
+/// An error outcome placed at `line`, `column` of the program: the model reads the place
+/// after the text, and structuredContent carries it as `location`.
+fn failed_at(kind: &str, error: &str, (line, column): (u32, u32), logs: &[&str]) -> Json {
+    let mut outcome = failed(kind, error, logs);
+    outcome["content"][0]["text"] = json!(format!("{error} (at line {line}, column {column})"));
+    outcome["structuredContent"]["location"] = json!({"line": line, "column": column});
+    outcome
+}
+
 const CUSTOMERS: &str = "async () => {
   const rows = await db.query('SELECT name FROM customers WHERE id <= ? ORDER BY id', 2)
   console.log(`${rows.length} customers`)
@@ -158,7 +167,7 @@ fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
         ])
     );
 
-    assert_eq!(lines[3], failed("thrown", "No customer 9.", &["looking for customer 9"]));
+    assert_eq!(lines[3], failed_at("thrown", "No customer 9.", (4, 24), &["looking for customer 9"]));
     assert_eq!(lines[4], failed("timeout", "Execution timed out after 300 ms.", &["spinning"]));
     // Every call is a fresh engine: nothing a program left behind is there for the next.
     assert_eq!(lines[5], returned(json!(1), "1", &[]));
@@ -290,7 +299,7 @@ fn over_http_each_session_runs_its_own_executions() {
     // A second session, on the same server, finds nothing of the first's.
     let (second, _) = client(&[call(look), call(THROWS)], &["http", &server.url]);
     assert_eq!(second[0], returned(json!("undefined"), r#""undefined""#, &[]));
-    assert_eq!(second[1], failed("thrown", "No customer 9.", &["looking for customer 9"]));
+    assert_eq!(second[1], failed_at("thrown", "No customer 9.", (4, 24), &["looking for customer 9"]));
     eprintln!("http: {:?}", started.elapsed());
 }
 
@@ -378,7 +387,7 @@ fn code_mode_is_an_upstream_of_code_mode_over_http() {
         returned(
             json!({"result": 4, "logs": ["counting"]}),
             r#"{"result":4,"logs":["counting"]}"#,
-            &["No customer 9.\nlooking for customer 9"]
+            &["No customer 9. (at line 4, column 24)\nlooking for customer 9"]
         )
     );
 }

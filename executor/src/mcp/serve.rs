@@ -5,15 +5,17 @@
 //! the toolbox's providers and answers its outcome as a `CallToolResult`:
 //!
 //! - `structuredContent` is the outcome in the codec's form, as `codemode run` prints it:
-//!   `{"result": v, "logs": [...]}`, or `{"error": text, "kind": kind, "logs": [...]}`.
+//!   `{"result": v, "logs": [...]}`, or `{"error": text, "kind": kind, "location": {"line":
+//!   l, "column": c}, "logs": [...]}` (`location` when known).
 //!   MCP before 2026-07-28 (what clients negotiate today) requires an object there, and
 //!   wrapping every result, objects too, keeps one shape for every result and every
 //!   protocol version: a program's own `{"result": 1}` cannot pass for a wrapped `1`, an
 //!   undefined result has no `result` key, and a failure carries its `kind`, by which a
 //!   client decides (a program can throw any text).
 //! - `content` is what a model reads: a text with the result's JSON (`undefined` for an
-//!   undefined result) or the error's text, then, when the program logged, one text with
-//!   the log lines joined by newlines.
+//!   undefined result) or the error's text with its place in the program when known
+//!   (`boom (at line 3, column 14)`), then, when the program logged, one text with the log
+//!   lines joined by newlines.
 //! - `isError` is true for every error outcome (thrown, timeout, memory, syntax, ...).
 //!
 //! Arguments that do not fit `{"code": string}` are a tool execution error of kind
@@ -223,7 +225,7 @@ pub fn call_tool_result(outcome: &Outcome) -> CallToolResult {
             (serde_json::to_string(value).unwrap_or_else(|e| e.to_string()), false)
         }
         Outcome::Result { result: None, .. } => ("undefined".to_owned(), false),
-        Outcome::Error { error, .. } => (error.clone(), true),
+        Outcome::Error { error, .. } => (outcome.error_display().unwrap_or_else(|| error.clone()), true),
     };
     let mut content = vec![ContentBlock::text(first)];
     if !outcome.logs().is_empty() {

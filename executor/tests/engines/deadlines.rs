@@ -109,7 +109,7 @@ async fn a_floating_rejection_does_not_fail_the_run() {
     let thrown = crate::support::run(Request::new("async () => { throw new Error('thrown') }")).await;
     assert_eq!(
         json(&thrown),
-        r#"{"error":"thrown","kind":"thrown","logs":[]}"#,
+        r#"{"error":"thrown","kind":"thrown","location":{"line":1,"column":21},"logs":[]}"#,
         "the run's own rejection is the outcome, not a warning"
     );
 }

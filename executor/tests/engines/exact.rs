@@ -19,7 +19,7 @@ async fn lone_surrogates_become_replacement_characters() {
     );
     assert_eq!(
         json(&run(Request::new(r"async () => { throw new Error('bad \uD800 thing') }")).await),
-        "{\"error\":\"bad \u{FFFD} thing\",\"kind\":\"thrown\",\"logs\":[]}"
+        "{\"error\":\"bad \u{FFFD} thing\",\"kind\":\"thrown\",\"location\":{\"line\":1,\"column\":21},\"logs\":[]}"
     );
     assert_eq!(
         json(&run(Request::new(r"async () => Array.from(new TextEncoder().encode('a\uD800b'))")).await),
@@ -76,7 +76,8 @@ async fn an_uncaught_refusal_is_a_payload_outcome() {
     .await;
     assert_eq!(
         json(&outcome),
-        r#"{"error":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","logs":[]}"#
+        r#"{"error":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","location":{"line":1,"column":35},"logs":[]}"#,
+        "the refusal is placed at the call"
     );
 }
 

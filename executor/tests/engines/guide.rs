@@ -435,7 +435,11 @@ async fn a_thrown_tool_failure_does_not_end_the_run_uncaught_it_does() {
         .provider(store(&["x"]))
         .dispatch(dispatch))
     .await;
-    assert_eq!(json(&outcome), r#"{"error":"the database is down","kind":"thrown","logs":[]}"#);
+    // Placed at the call that failed.
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"the database is down","kind":"thrown","location":{"line":1,"column":27},"logs":[]}"#
+    );
 }
 
 // ---- Provider source ----

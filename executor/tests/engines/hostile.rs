@@ -174,9 +174,13 @@ async fn the_executors_texts_thrown_by_a_program_stay_thrown() {
     ] {
         let quoted = serde_json::to_string(text).unwrap();
         let expected = format!(r#"{{"error":{quoted},"kind":"thrown","logs":[]}}"#);
-        expect(&format!("async () => {{ throw new Error({quoted}) }}"), &expected).await;
+        expect(&format!("async () => {{ throw new Error({quoted}) }}"), &located(&expected, 1, 21)).await;
         expect(&format!("async () => {{ throw {quoted} }}"), &expected).await;
-        expect(&format!("async () => {{ await Promise.reject(new Error({quoted})) }}"), &expected).await;
+        expect(
+            &format!("async () => {{ await Promise.reject(new Error({quoted})) }}"),
+            &located(&expected, 1, 36),
+        )
+        .await;
     }
 }
 
@@ -191,12 +195,13 @@ async fn after_a_refusal(handler: &str, expected: &str) {
 
 #[tokio::test]
 async fn a_refusal_is_a_payload_outcome_only_with_its_own_text() {
-    let payload = format!(r#"{{"error":"{REFUSED}","kind":"payload","logs":[]}}"#);
+    // A refusal is placed at the call it refused (`x` of `store.x`).
+    let payload = located(&format!(r#"{{"error":"{REFUSED}","kind":"payload","logs":[]}}"#), 1, 33);
     after_a_refusal("throw e", &payload).await;
     after_a_refusal("await null; throw e", &payload).await;
     after_a_refusal(
         "e.message = 'the program wrote this'; throw e",
-        r#"{"error":"the program wrote this","kind":"thrown","logs":[]}"#,
+        &located(r#"{"error":"the program wrote this","kind":"thrown","logs":[]}"#, 1, 33),
     )
     .await;
     // A getter that answers its own text on one read and the runtime's on the others: the
@@ -214,12 +219,13 @@ async fn a_refusal_is_a_payload_outcome_only_with_its_own_text() {
             _ => panic!("{code}: {outcome}"),
         }
     }
+    // Not Errors: no stack is read from them, so no place.
     let wrapped = format!(r#"{{"error":"Error: {REFUSED}","kind":"thrown","logs":[]}}"#);
     after_a_refusal("throw new Proxy(e, {})", &wrapped).await;
     after_a_refusal("throw Object.create(e)", &wrapped).await;
     after_a_refusal(
         "throw new Error(e.message)",
-        &format!(r#"{{"error":"{REFUSED}","kind":"thrown","logs":[]}}"#),
+        &located(&format!(r#"{{"error":"{REFUSED}","kind":"thrown","logs":[]}}"#), 1, 72),
     )
     .await;
 }
@@ -249,7 +255,7 @@ async fn overriding_what_the_runtime_uses_forges_no_kind() {
         ("throw 'plain'", r#"{"error":"plain","kind":"thrown","logs":[]}"#),
         ("throw Symbol.for('s')", r#"{"error":"Symbol(s)","kind":"thrown","logs":[]}"#),
         // An Error's own message is read, not the prototype's getter.
-        ("throw new Error('own')", r#"{"error":"own","kind":"thrown","logs":[]}"#),
+        ("throw new Error('own')", r#"{"error":"own","kind":"thrown","location":{"line":19,"column":12},"logs":[]}"#),
         ("return ['a', 1]", r#"{"result":["a",1],"logs":[]}"#),
         ("return { a: 1 }", r#"{"result":{"a":1},"logs":[]}"#),
         ("return await store.x()", r#"{"result":1,"logs":[]}"#),
@@ -419,7 +425,7 @@ async fn an_endless_sort_comparator_and_proxy_traps_in_builtins() {
 async fn conversions_that_throw_give_the_pinned_texts() {
     expect(
         "async () => { const e = new Error('x'); Object.defineProperty(e, 'message', { get() { throw new Error('no') } }); throw e }",
-        r#"{"error":"","kind":"thrown","logs":[]}"#,
+        r#"{"error":"","kind":"thrown","location":{"line":1,"column":25},"logs":[]}"#,
     )
     .await;
     expect(
@@ -487,12 +493,12 @@ async fn results_and_error_texts_past_the_bound() {
     // Cut on a character boundary, and the cut says so.
     expect_with(
         request("async () => { throw new Error('aé'.repeat(10)) }").max_result_bytes(14).timeout(TIMEOUT),
-        r#"{"error":"aéaéaéaéa … [the error text was 20 characters; the outcome keeps the first 13 bytes]","kind":"thrown","logs":[]}"#,
+        r#"{"error":"aéaéaéaéa … [the error text was 20 characters; the outcome keeps the first 13 bytes]","kind":"thrown","location":{"line":1,"column":21},"logs":[]}"#,
     )
     .await;
     expect_with(
         request("async () => { throw new Error('x') }").max_result_bytes(0).timeout(TIMEOUT),
-        r#"{"error":" … [the error text was 1 characters; the outcome keeps the first 0 bytes]","kind":"thrown","logs":[]}"#,
+        r#"{"error":" … [the error text was 1 characters; the outcome keeps the first 0 bytes]","kind":"thrown","location":{"line":1,"column":21},"logs":[]}"#,
     )
     .await;
 }
@@ -519,7 +525,7 @@ async fn calls_past_the_bound_in_flight_never_reach_dispatch() {
         .await;
     assert_eq!(
         json(&outcome),
-        r#"{"error":"Too many tool calls in flight: the limit is 4. Await some before starting more.","kind":"payload","logs":[]}"#
+        r#"{"error":"Too many tool calls in flight: the limit is 4. Await some before starting more.","kind":"payload","location":{"line":1,"column":78},"logs":[]}"#
     );
     assert_eq!(recorder.calls().len(), 4);
     engines_gone(&executor, code).await;
@@ -600,7 +606,7 @@ async fn floating_rejections_past_the_log_bound_run_no_more_program_code() {
 async fn no_payload_bound_at_all_refuses_every_call() {
     expect_with(
         request("async () => await store.x()").max_payload_bytes(0).timeout(TIMEOUT),
-        r#"{"error":"Tool call payload is 8 bytes, over the limit of 0 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","logs":[]}"#,
+        r#"{"error":"Tool call payload is 8 bytes, over the limit of 0 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","location":{"line":1,"column":25},"logs":[]}"#,
     )
     .await;
 }
@@ -728,7 +734,7 @@ async fn deep_values_end_as_outcomes_never_as_a_crash() {
     .await;
     expect(
         "async () => { const e = new Error('outer'); let c = e; for (let i = 0; i < 10000; i++) { c.cause = new Error('inner'); c = c.cause } throw e }",
-        r#"{"error":"outer","kind":"thrown","logs":[]}"#,
+        r#"{"error":"outer","kind":"thrown","location":{"line":1,"column":25},"logs":[]}"#,
     )
     .await;
 }

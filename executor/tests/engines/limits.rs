@@ -96,7 +96,8 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
     };
     assert_eq!(
         json(&doubling),
-        serde_json::json!({ "error": text, "kind": "thrown", "logs": [] }).to_string()
+        serde_json::json!({ "error": text, "kind": "thrown", "location": { "line": 1, "column": 41 }, "logs": [] })
+            .to_string()
     );
 }
 

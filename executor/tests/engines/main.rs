@@ -16,6 +16,7 @@ mod guide;
 mod hostile;
 mod isolation;
 mod limits;
+mod locations;
 mod network;
 mod outcomes;
 mod scheduling;

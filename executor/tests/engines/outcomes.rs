@@ -39,11 +39,11 @@ async fn console_methods_and_their_prefixes() {
 async fn a_thrown_error_gives_its_message_and_logs_before_it_stay() {
     assert_eq!(
         outcome("async () => { console.log('before'); throw new RangeError('out of range') }").await,
-        r#"{"error":"out of range","kind":"thrown","logs":["before"]}"#
+        r#"{"error":"out of range","kind":"thrown","location":{"line":1,"column":44},"logs":["before"]}"#
     );
     assert_eq!(
         outcome("async () => { throw new Error() }").await,
-        r#"{"error":"","kind":"thrown","logs":[]}"#
+        r#"{"error":"","kind":"thrown","location":{"line":1,"column":21},"logs":[]}"#
     );
 }
 
@@ -124,7 +124,7 @@ async fn every_code_form_runs() {
 async fn a_syntax_error_says_where() {
     assert_eq!(
         outcome("const x = 1\nconst = 2").await,
-        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}. {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message(), codemode_protocol::texts::CODE_ACCEPTED_FORMS), "kind": "syntax", "logs": [] }).to_string()
+        json!({ "error": format!("SyntaxError in code at line 2, column 7: {}. {}", codemode_protocol::normalize_code("const x = 1\nconst = 2").unwrap_err().message(), codemode_protocol::texts::CODE_ACCEPTED_FORMS), "kind": "syntax", "location": { "line": 2, "column": 7 }, "logs": [] }).to_string()
     );
 }
 

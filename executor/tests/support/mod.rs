@@ -12,6 +12,12 @@ pub fn json(outcome: &Outcome) -> String {
     outcome.to_json_string()
 }
 
+/// `outcome` (an error outcome's JSON, as the tests write it) placed at `line`, `column`
+/// of the program.
+pub fn located(outcome: &str, line: u32, column: u32) -> String {
+    outcome.replacen(r#","logs":"#, &format!(r#","location":{{"line":{line},"column":{column}}},"logs":"#), 1)
+}
+
 /// Run `request` on a shared executor.
 pub async fn run(request: Request) -> Outcome {
     executor().execute(request).await

@@ -26669,6 +26669,7 @@ static int js_parse_destructuring_element(JSParseState *s, int tok,
     }
     assign_addr = s->cur_func->byte_code.size;
     if (s->token.val == '{') {
+        emit_source_loc(s); /* codemode-rs: the pattern */
         if (next_token(s))
             return -1;
         /* throw an exception if the value cannot be converted to an object */
@@ -26938,6 +26939,7 @@ static int js_parse_destructuring_element(JSParseState *s, int tok,
         push_break_entry(s->cur_func, &block_env,
                          JS_ATOM_NULL, -1, -1, 2);
         block_env.has_iterator = true;
+        emit_source_loc_at(s, source_line_num, source_col_num); /* codemode-rs: the pattern */
         emit_op(s, OP_for_of_start);
         has_spread = false;
         while (s->token.val != ']') {
@@ -27103,6 +27105,8 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
 {
     FuncCallType call_type;
     int optional_chaining_label;
+    /* codemode-rs: where a call's own op is placed; see vendor/rquickjs-sys/PATCHES.md */
+    int call_line_num = 0, call_col_num = 0;
     bool accept_lparen = (parse_flags & PF_POSTFIX_CALL) != 0;
 
     call_type = FUNC_CALL_NORMAL;
@@ -27413,12 +27417,16 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
                 return js_parse_error(s, "template literal cannot appear in an optional chain");
             }
             call_type = FUNC_CALL_TEMPLATE;
+            call_line_num = s->token.line_num; /* codemode-rs */
+            call_col_num = s->token.col_num;
             goto parse_func_call2;
         } else if (s->token.val == '(' && accept_lparen) {
             int opcode, arg_count, drop_count;
 
             /* function call */
         parse_func_call:
+            call_line_num = s->token.line_num; /* codemode-rs: the `(` */
+            call_col_num = s->token.col_num;
             if (next_token(s))
                 return -1;
 
@@ -27594,6 +27602,7 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
                 emit_op(s, OP_drop);
 
                 /* apply function call */
+                emit_source_loc_at(s, call_line_num, call_col_num); /* codemode-rs */
                 switch(opcode) {
                 case OP_get_field:
                 case OP_scope_get_private_field:
@@ -27638,6 +27647,7 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
                 if (next_token(s))
                     return -1;
             emit_func_call:
+                emit_source_loc_at(s, call_line_num, call_col_num); /* codemode-rs */
                 switch(opcode) {
                 case OP_get_field:
                 case OP_scope_get_private_field:
@@ -27707,6 +27717,7 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
                     if (has_optional_chain) {
                         optional_chain_test(s, &optional_chaining_label, 1);
                     }
+                    emit_source_loc(s); /* codemode-rs: the property's name */
                     emit_op(s, OP_get_field);
                     emit_atom(s, s->token.u.ident.atom);
                 }
@@ -27717,6 +27728,8 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
             int prev_op;
 
         parse_array_access:
+            call_line_num = s->token.line_num; /* codemode-rs: the `[` */
+            call_col_num = s->token.col_num;
             prev_op = get_prev_opcode(fd);
             if (has_optional_chain) {
                 optional_chain_test(s, &optional_chaining_label, 1);
@@ -27730,6 +27743,7 @@ static __exception int js_parse_postfix_expr(JSParseState *s, int parse_flags)
             if (prev_op == OP_get_super) {
                 emit_op(s, OP_get_super_value);
             } else {
+                emit_source_loc_at(s, call_line_num, call_col_num); /* codemode-rs */
                 emit_op(s, OP_get_array_el);
             }
         } else {
@@ -29092,6 +29106,7 @@ static __exception int js_parse_for_in_of(JSParseState *s, int label_name,
     int tok, tok1, opcode, scope, block_scope_level;
     int label_next, label_expr, label_cont, label_body, label_break;
     int pos_next, pos_expr;
+    int iterable_line_num, iterable_col_num; /* codemode-rs */
     BlockEnv break_entry;
 
     has_initializer = false;
@@ -29268,6 +29283,9 @@ static __exception int js_parse_for_in_of(JSParseState *s, int label_name,
     }
     if (next_token(s))
         return -1;
+    /* codemode-rs: where the iterable begins, for the op that takes its iterator */
+    iterable_line_num = s->token.line_num;
+    iterable_col_num = s->token.col_num;
     if (is_for_of) {
         if (js_parse_assign_expr(s))
             return -1;
@@ -29285,6 +29303,7 @@ static __exception int js_parse_for_in_of(JSParseState *s, int label_name,
         break_entry.has_iterator = true;
         break_entry.is_async_iterator = is_async;
         break_entry.drop_count += 2;
+        emit_source_loc_at(s, iterable_line_num, iterable_col_num); /* codemode-rs */
         if (is_async)
             emit_op(s, OP_for_await_of_start);
         else
