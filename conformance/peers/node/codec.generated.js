@@ -20,6 +20,7 @@ const isArray = Array.isArray;
 const objectKeys = Object.keys;
 const getPrototypeOf = Object.getPrototypeOf;
 const getOwnPropertyDescriptor = Object.getOwnPropertyDescriptor;
+const defineProperty = Object.defineProperty;
 const hasOwnProperty = Object.prototype.hasOwnProperty;
 const objectToString = Object.prototype.toString;
 const isView = ArrayBuffer.isView;
@@ -42,7 +43,17 @@ const fill = (pieces, values) => {
   }
   return text;
 };
-const fail = (message) => new ErrorConstructor(message);
+// The Error a tool call's failure is thrown as, made when the program made the call: its
+// stack then holds the program's frame at the call (the answer is read in a later job,
+// with none of the program's frames on the stack). Set while an answer is read.
+let callSite;
+const fail = (message) => {
+  const site = callSite;
+  if (site === undefined) return new ErrorConstructor(message);
+  callSite = undefined;
+  defineProperty(site, 'message', { value: message, writable: true, enumerable: false, configurable: true });
+  return site;
+};
 
 const isArrayBuffer = (value) => {
   if (apply(objectToString, value, []) !== '[object ArrayBuffer]') return false;
@@ -242,7 +253,14 @@ const readAnswer = (answer) => {
 
 const tool = (provider, name, positional) => async (...args) => {
   const payload = positional ? args : args.length === 0 || args[0] === undefined ? {} : args[0];
-  return readAnswer(await dispatch(provider, name, stringifyForDispatch(payload)));
+  const site = new ErrorConstructor();
+  const answer = await dispatch(provider, name, stringifyForDispatch(payload));
+  callSite = site;
+  try {
+    return readAnswer(answer);
+  } finally {
+    callSite = undefined;
+  }
 };
 
 // A Proxy over an empty object: a property written on it wins; symbols and `then`

@@ -102,6 +102,33 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
 }
 
 /// QuickJS (quickjs-ng, as rquickjs bundles it) throws what V8 throws here.
+/// A valid program of about `bytes` bytes: one array literal of ones, and its length.
+fn large_program(bytes: usize) -> String {
+    let count = (bytes - 64) / 2;
+    format!("async () => {{ const a = [{}]; return a.length }}", vec!["1"; count].join(","))
+}
+
+#[tokio::test]
+async fn a_program_too_large_to_compile_within_its_memory_says_so() {
+    // About 1 MiB of code fits the default 64 MiB; under 8 MiB compiling it runs out.
+    let program = large_program(1000 << 10);
+    let started = Instant::now();
+    let fits = run(Request::new(program.clone())).await;
+    assert_eq!(json(&fits), r#"{"result":511968,"logs":[]}"#);
+    let outcome = run(Request::new(program).memory_limit_bytes(8 << 20)).await;
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"The program is too large to compile within its memory limit of 8388608 bytes. Send a shorter program, or raise memoryLimitBytes.","kind":"memory","logs":[]}"#
+    );
+    // 12 MB of valid code is past the longest code taken: refused before any engine, at once.
+    let outcome = run(Request::new(large_program(12_000_000))).await;
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"SyntaxError in code at line 1, column 1: the code is 11999980 bytes, over the limit of 1048576 bytes for one program; send a shorter program","kind":"syntax","logs":[]}"#
+    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+}
+
 #[tokio::test]
 async fn deep_recursion_is_a_catchable_error_inside_the_program() {
     let outcome = run(Request::new(
