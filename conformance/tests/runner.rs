@@ -83,6 +83,27 @@ async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
     );
 }
 
+#[tokio::test]
+async fn a_location_is_compared_where_the_transcript_names_one() {
+    let (_, mut transcript) =
+        suite().into_iter().find(|(p, _)| p.ends_with("location-thrown-line-three.json")).unwrap();
+    let implementation = InProcess::new();
+    assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
+    let named = transcript.outcome.location();
+    // Another place fails the case ...
+    transcript.outcome =
+        transcript.outcome.with_location(Some(codemode_protocol::Location { line: 3, column: 1 }));
+    let failure = run_case(&implementation, &transcript).await.unwrap_err();
+    assert_eq!(
+        failure.message,
+        "outcome differs\n  expected: {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":1},\"logs\":[]}\n  actual:   {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":24},\"logs\":[]}\n  first difference at character 72: expected \"1},\\\"logs\\\":[]}\", got \"24},\\\"logs\\\":[]}\""
+    );
+    // ... and a transcript that names none leaves the place to the implementation.
+    assert!(named.is_some());
+    transcript.outcome = transcript.outcome.with_location(None);
+    assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
+}
+
 #[test]
 fn an_expected_failure_that_passes_fails_and_one_that_fails_passes() {
     let known = ExpectedFailure { transcript: "names-fetch.json".into(), reason: "an engine text".into() };

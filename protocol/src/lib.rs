@@ -77,8 +77,8 @@ pub use dispatch::{
     create_envelope_dispatch,
 };
 pub use entry::{EntryError, EntryScope, codec_source, entry_scope, entry_source, scope_source};
-pub use locate::{ColumnUnit, ProgramMap};
 pub use envelope::{Answer, AnswerError, error_envelope, read_answer, result_envelope};
+pub use locate::{ColumnUnit, ProgramMap};
 pub use normalize::{CodeSyntaxError, Normalized, normalize_code, normalize_mapped};
 pub use provider::{
     ProviderDescriptor, ProviderNameError, REFUSED_WORDS, RESERVED_PROVIDER_NAMES, validate_providers,

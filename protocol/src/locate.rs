@@ -17,8 +17,8 @@
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{
     ArrayAssignmentTarget, ArrayExpression, ArrayPattern, ArrowFunctionExpression, AssignmentExpression,
-    BinaryExpression, CallExpression, ObjectAssignmentTarget, ObjectPattern, Expression, Function, MemberExpression,
-    NewExpression,
+    BinaryExpression, CallExpression, Expression, Function, MemberExpression, NewExpression,
+    ObjectAssignmentTarget, ObjectPattern, VariableDeclarator,
 };
 use oxc_ast_visit::{Visit, walk};
 use oxc_parser::Parser;
@@ -94,7 +94,10 @@ fn location(code: &str, offset: usize) -> Location {
     let before = code.get(..offset).unwrap_or(code);
     let line = before.matches('\n').count() + 1;
     let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    Location { line: u32::try_from(line).unwrap_or(u32::MAX), column: u32::try_from(column).unwrap_or(u32::MAX) }
+    Location {
+        line: u32::try_from(line).unwrap_or(u32::MAX),
+        column: u32::try_from(column).unwrap_or(u32::MAX),
+    }
 }
 
 /// The point that stands for byte `offset` of `program` (a function expression), by the
@@ -211,6 +214,17 @@ impl<'a> Visit<'a> for Snap {
             self.weak(array.span.start);
             self.outside_callee(|snap| walk::walk_array_expression(snap, array));
         }
+    }
+
+    fn visit_variable_declarator(&mut self, declarator: &VariableDeclarator<'a>) {
+        if !self.holds(declarator.span) {
+            return;
+        }
+        // Destructuring a value that does not fit: V8 points at the value, QuickJS at the pattern.
+        if declarator.id.is_destructuring_pattern() {
+            self.strong(declarator.span.start);
+        }
+        self.outside_callee(|snap| walk::walk_variable_declarator(snap, declarator));
     }
 
     fn visit_object_pattern(&mut self, pattern: &ObjectPattern<'a>) {

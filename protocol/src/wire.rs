@@ -225,7 +225,9 @@ impl<'de> Deserialize<'de> for Outcome {
         use serde::de::Error as _;
         let fields = OutcomeFields::deserialize(deserializer)?;
         if fields.error.is_none() && fields.location.is_some() {
-            return Err(D::Error::custom("a returned outcome carries no `location`; only an error outcome does"));
+            return Err(D::Error::custom(
+                "a returned outcome carries no `location`; only an error outcome does",
+            ));
         }
         match (fields.error, fields.kind, fields.result) {
             (Some(_), _, Some(_)) => Err(D::Error::custom("an outcome has `result` or `error`, not both")),

@@ -83,10 +83,17 @@ fn an_outcome_reads_with_its_location() {
     assert_eq!(Outcome::error("boom", vec![]).error_display().as_deref(), Some("boom"));
     assert_eq!(Outcome::result(None, vec![]).error_display(), None);
     // A returned outcome takes no location.
-    assert_eq!(Outcome::result(None, vec![]).with_location(Some(Location { line: 1, column: 1 })).location(), None);
+    assert_eq!(
+        Outcome::result(None, vec![]).with_location(Some(Location { line: 1, column: 1 })).location(),
+        None
+    );
     // A text that names its place already is not told it twice.
-    let syntax = Outcome::failure(OutcomeKind::Syntax, "SyntaxError in code at line 2, column 5: Unexpected token", vec![])
-        .with_location(Some(Location { line: 2, column: 5 }));
+    let syntax = Outcome::failure(
+        OutcomeKind::Syntax,
+        "SyntaxError in code at line 2, column 5: Unexpected token",
+        vec![],
+    )
+    .with_location(Some(Location { line: 2, column: 5 }));
     assert_eq!(
         syntax.error_display().as_deref(),
         Some("SyntaxError in code at line 2, column 5: Unexpected token")

@@ -255,7 +255,10 @@ async fn overriding_what_the_runtime_uses_forges_no_kind() {
         ("throw 'plain'", r#"{"error":"plain","kind":"thrown","logs":[]}"#),
         ("throw Symbol.for('s')", r#"{"error":"Symbol(s)","kind":"thrown","logs":[]}"#),
         // An Error's own message is read, not the prototype's getter.
-        ("throw new Error('own')", r#"{"error":"own","kind":"thrown","location":{"line":19,"column":12},"logs":[]}"#),
+        (
+            "throw new Error('own')",
+            r#"{"error":"own","kind":"thrown","location":{"line":19,"column":12},"logs":[]}"#,
+        ),
         ("return ['a', 1]", r#"{"result":["a",1],"logs":[]}"#),
         ("return { a: 1 }", r#"{"result":{"a":1},"logs":[]}"#),
         ("return await store.x()", r#"{"result":1,"logs":[]}"#),

@@ -3,7 +3,9 @@
 
 use crate::support::*;
 use codemode_executor::Request;
-use codemode_protocol::{Latch, Location, OutcomeKind, ProviderDescriptor, ToolCall, create_envelope_dispatch};
+use codemode_protocol::{
+    Latch, Location, OutcomeKind, ProviderDescriptor, ToolCall, create_envelope_dispatch,
+};
 
 /// The outcome of `code`: its kind, text and location.
 async fn place(code: &str) -> (OutcomeKind, String, Option<Location>) {
@@ -148,10 +150,13 @@ async fn a_value_that_is_not_an_error_has_no_place() {
 
 #[tokio::test]
 async fn failures_of_the_run_itself_have_no_place() {
-    let outcome = run(Request::new("async () => { while (true) {} }").timeout(std::time::Duration::from_millis(100))).await;
+    let outcome =
+        run(Request::new("async () => { while (true) {} }").timeout(std::time::Duration::from_millis(100)))
+            .await;
     assert_eq!((outcome.kind(), outcome.location()), (OutcomeKind::Timeout, None));
-    let outcome = run(Request::new("async () => { const a = []; while (true) a.push(new Array(1e5).fill(1)) }")
-        .memory_limit_bytes(8 << 20))
-    .await;
+    let outcome =
+        run(Request::new("async () => { const a = []; while (true) a.push(new Array(1e5).fill(1)) }")
+            .memory_limit_bytes(8 << 20))
+        .await;
     assert_eq!((outcome.kind(), outcome.location()), (OutcomeKind::Memory, None));
 }
