@@ -7,18 +7,18 @@
 //!
 //! Engines do not point at the same token for the same fault: for `new Error('x')` V8
 //! points at `new` and QuickJS at `Error`; for `o.x` on a null `o`, V8 at `x` and QuickJS
-//! at `o`. So a place is settled on the syntax, the same way for every engine: the
-//! innermost call, `new`, member access or assignment around it (in the same function)
-//! stands for it, each at one point: a call at its callee's name (`f` in `o.f()`), a
-//! `new` at `new`; a member access, an assignment, a destructuring pattern, a binary operation (`1n + 1`, `'a' in
-//! 5`) and an array literal (`[...5]`) at their start. A place in none of them (an unknown
-//! name, say) stays where the engine put it.
+//! (patched, `vendor/rquickjs-sys/PATCHES.md`) at `x` too, but for an unknown name V8 at
+//! the statement and QuickJS at the name. So a place is settled on the syntax, the same
+//! way for every engine, within the function that holds it: the innermost call, `new`,
+//! member access, assignment or destructuring around it stands for it, a call at its
+//! callee's name (`f` in `o.f()`), the others at their start; a place in none of them,
+//! or at a name read, is its statement's start (an arrow's expression body is one).
 
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{
-    ArrayAssignmentTarget, ArrayExpression, ArrayPattern, ArrowFunctionExpression, AssignmentExpression,
-    BinaryExpression, CallExpression, Expression, Function, MemberExpression, NewExpression,
-    ObjectAssignmentTarget, ObjectPattern, VariableDeclarator,
+    ArrayAssignmentTarget, ArrayPattern, ArrowFunctionExpression, AssignmentExpression, CallExpression,
+    Expression, Function, IdentifierReference, MemberExpression, NewExpression, ObjectAssignmentTarget,
+    ObjectPattern, Statement, VariableDeclarator,
 };
 use oxc_ast_visit::{Visit, walk};
 use oxc_parser::Parser;
@@ -59,7 +59,9 @@ impl ProgramMap {
         let (start, text) = lines(source).nth(index)?;
         let offset = start + column_offset(text, column.checked_sub(1)?, unit)?;
         let snapped = snap(source, offset);
-        let original = self.normalized.original_offset(snapped)?;
+        // A statement the normalizer wrapped (`return (` before the last expression)
+        // begins where the code's own text does.
+        let original = self.normalized.original_offset_from(snapped)?;
         Some(location(&self.code, original))
     }
 }
@@ -111,20 +113,25 @@ fn snap(program: &str, offset: usize) -> usize {
             return offset;
         }
         let Ok(at) = u32::try_from(offset + 1) else { return offset };
-        let mut snap = Snap { at, point: None, in_callee: false, strong: false };
+        let mut snap = Snap { at, point: None, statement: None, at_name: false, in_callee: false };
         snap.visit_program(&parsed.program);
-        snap.point.map_or(offset, |point| point as usize - 1)
+        let point = if snap.at_name { snap.statement } else { snap.point.or(snap.statement) };
+        point.map_or(offset, |point| point as usize - 1)
     })
 }
 
-/// Walks down to `at`, keeping the point of the innermost node that stands for it.
+/// Walks down to `at`, keeping what stands for it in the function that holds it.
 struct Snap {
     at: u32,
+    /// The innermost call, `new`, member access, assignment or pattern holding `at`.
     point: Option<u32>,
+    /// The innermost statement holding `at` (an arrow's expression body is one).
+    statement: Option<u32>,
+    /// `at` is where a name is read (outside a callee): V8 places an unknown name at
+    /// the statement, QuickJS at the name, so the statement stands for it.
+    at_name: bool,
     /// Inside the callee of a call or `new`: a member access there is the call's.
     in_callee: bool,
-    /// Inside a call, `new`, member access or assignment holding `at`, in the same function.
-    strong: bool,
 }
 
 impl Snap {
@@ -139,20 +146,6 @@ impl Snap {
         self.in_callee = outer;
     }
 
-    /// A binary operation or an array literal stands for a place only outside every call,
-    /// `new`, member access and assignment: QuickJS's place for those may fall on an operand.
-    fn weak(&mut self, point: u32) {
-        if !self.strong {
-            self.point = Some(point);
-        }
-    }
-
-    /// A call, `new`, member access or assignment holding `at` stands for it.
-    fn strong(&mut self, point: u32) {
-        self.point = Some(point);
-        self.strong = true;
-    }
-
     /// Visit what is no callee (arguments, operands): its member accesses stand for themselves.
     fn outside_callee(&mut self, walk: impl FnOnce(&mut Self)) {
         let outer = std::mem::replace(&mut self.in_callee, false);
@@ -163,18 +156,30 @@ impl Snap {
     /// Visit a function holding `at`: the places outside it are another frame's.
     fn function(&mut self, walk: impl FnOnce(&mut Self)) {
         self.point = None;
-        let strong = std::mem::replace(&mut self.strong, false);
+        self.statement = None;
         self.outside_callee(walk);
-        self.strong = strong;
     }
 }
 
 impl<'a> Visit<'a> for Snap {
+    fn visit_statement(&mut self, statement: &Statement<'a>) {
+        if self.holds(statement.span()) {
+            self.statement = Some(statement.span().start);
+            walk::walk_statement(self, statement);
+        }
+    }
+
+    fn visit_identifier_reference(&mut self, name: &IdentifierReference<'a>) {
+        if name.span.start == self.at && !self.in_callee {
+            self.at_name = true;
+        }
+    }
+
     fn visit_call_expression(&mut self, call: &CallExpression<'a>) {
         if !self.holds(call.span) {
             return;
         }
-        self.strong(match call.callee.without_parentheses() {
+        self.point = Some(match call.callee.without_parentheses() {
             Expression::StaticMemberExpression(member) => member.property.span.start,
             Expression::PrivateFieldExpression(member) => member.field.span.start,
             callee => callee.span().start,
@@ -187,7 +192,7 @@ impl<'a> Visit<'a> for Snap {
         if !self.holds(new.span) {
             return;
         }
-        self.strong(new.span.start);
+        self.point = Some(new.span.start);
         self.callee(&new.callee);
         self.outside_callee(|snap| snap.visit_arguments(&new.arguments));
     }
@@ -197,23 +202,9 @@ impl<'a> Visit<'a> for Snap {
             return;
         }
         if !self.in_callee {
-            self.strong(member.span().start);
+            self.point = Some(member.span().start);
         }
         walk::walk_member_expression(self, member);
-    }
-
-    fn visit_binary_expression(&mut self, binary: &BinaryExpression<'a>) {
-        if self.holds(binary.span) {
-            self.weak(binary.span.start);
-            self.outside_callee(|snap| walk::walk_binary_expression(snap, binary));
-        }
-    }
-
-    fn visit_array_expression(&mut self, array: &ArrayExpression<'a>) {
-        if self.holds(array.span) {
-            self.weak(array.span.start);
-            self.outside_callee(|snap| walk::walk_array_expression(snap, array));
-        }
     }
 
     fn visit_variable_declarator(&mut self, declarator: &VariableDeclarator<'a>) {
@@ -222,45 +213,44 @@ impl<'a> Visit<'a> for Snap {
         }
         // Destructuring a value that does not fit: V8 points at the value, QuickJS at the pattern.
         if declarator.id.is_destructuring_pattern() {
-            self.strong(declarator.span.start);
+            self.point = Some(declarator.span.start);
         }
         self.outside_callee(|snap| walk::walk_variable_declarator(snap, declarator));
     }
 
     fn visit_object_pattern(&mut self, pattern: &ObjectPattern<'a>) {
         if self.holds(pattern.span) {
-            self.strong(pattern.span.start);
+            self.point = Some(pattern.span.start);
             self.outside_callee(|snap| walk::walk_object_pattern(snap, pattern));
         }
     }
 
     fn visit_array_pattern(&mut self, pattern: &ArrayPattern<'a>) {
         if self.holds(pattern.span) {
-            self.strong(pattern.span.start);
+            self.point = Some(pattern.span.start);
             self.outside_callee(|snap| walk::walk_array_pattern(snap, pattern));
         }
     }
 
     fn visit_object_assignment_target(&mut self, pattern: &ObjectAssignmentTarget<'a>) {
         if self.holds(pattern.span) {
-            self.strong(pattern.span.start);
+            self.point = Some(pattern.span.start);
             self.outside_callee(|snap| walk::walk_object_assignment_target(snap, pattern));
         }
     }
 
     fn visit_array_assignment_target(&mut self, pattern: &ArrayAssignmentTarget<'a>) {
         if self.holds(pattern.span) {
-            self.strong(pattern.span.start);
+            self.point = Some(pattern.span.start);
             self.outside_callee(|snap| walk::walk_array_assignment_target(snap, pattern));
         }
     }
 
     fn visit_assignment_expression(&mut self, assignment: &AssignmentExpression<'a>) {
-        if !self.holds(assignment.span) {
-            return;
+        if self.holds(assignment.span) {
+            self.point = Some(assignment.span.start);
+            self.outside_callee(|snap| walk::walk_assignment_expression(snap, assignment));
         }
-        self.strong(assignment.span.start);
-        self.outside_callee(|snap| walk::walk_assignment_expression(snap, assignment));
     }
 
     fn visit_function(&mut self, function: &Function<'a>, flags: ScopeFlags) {

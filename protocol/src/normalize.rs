@@ -162,6 +162,14 @@ impl Normalized {
         (offset < segment.at + segment.len).then(|| segment.from + (offset - segment.at))
     }
 
+    /// [`Normalized::original_offset`], or inside the wrapping, the code's first byte after it.
+    pub fn original_offset_from(&self, offset: usize) -> Option<usize> {
+        self.original_offset(offset).or_else(|| {
+            let next = self.segments.iter().find(|segment| segment.at > offset)?;
+            Some(next.from)
+        })
+    }
+
     fn wrapper(source: &str) -> Normalized {
         Normalized { source: source.to_owned(), segments: Vec::new() }
     }

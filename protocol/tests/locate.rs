@@ -49,7 +49,7 @@ fn statements_are_located_through_their_wrapping() {
 #[test]
 fn a_fence_and_prose_count_as_sent() {
     let code = "Here is the program:\n\n```js\nconst o = null;\nconsole.log(o.name);\n```\nIt logs a name.";
-    assert_eq!(locate(code, "o.name", ColumnUnit::Utf8Bytes), at(5, 13));
+    assert_eq!(locate(code, "name))", ColumnUnit::Utf8Bytes), at(5, 13));
     assert_eq!(locate(code, "name))", ColumnUnit::Utf16Units), at(5, 13));
 }
 
@@ -59,6 +59,18 @@ fn a_default_export_is_located_through_its_wrapping() {
     assert_eq!(locate(code, "base.x", ColumnUnit::Utf8Bytes), at(2, 28));
     let code = "const v = 1;\nexport default { a: v.b.c };";
     assert_eq!(locate(code, "c }", ColumnUnit::Utf16Units), at(2, 21));
+}
+
+#[test]
+fn a_name_read_is_located_at_its_statement() {
+    // QuickJS points at the unknown name, V8 at its statement: the statement stands for both.
+    let code = "async () => {\n  const a = 1;\n  return total + a;\n}";
+    assert_eq!(locate(code, "total", ColumnUnit::Utf8Bytes), at(3, 3));
+    assert_eq!(locate(code, "return total", ColumnUnit::Utf16Units), at(3, 3));
+    // A statement the normalizer wrapped begins where the code's own text does.
+    assert_eq!(locate("const a = 1;\ntotal + a", "total", ColumnUnit::Utf8Bytes), at(2, 1));
+    // A name called is the call's: at the name.
+    assert_eq!(locate("async () => {\n  return run(1);\n}", "(1)", ColumnUnit::Utf8Bytes), at(2, 10));
 }
 
 #[test]
@@ -75,7 +87,7 @@ fn a_call_is_located_at_its_callee() {
 fn columns_count_characters_in_the_code_and_units_in_the_scope() {
     let code = "async () => {\n  const s = 'é€𝄞'; return s.a.b;\n}";
     // `s` is the 27th character; before it, 29 UTF-8 bytes and 27 UTF-16 units... of the line.
-    assert_eq!(locate(code, "s.a.b", ColumnUnit::Utf8Bytes), at(2, 27));
+    assert_eq!(locate(code, "a.b;", ColumnUnit::Utf8Bytes), at(2, 27));
     assert_eq!(locate(code, "b;", ColumnUnit::Utf16Units), at(2, 27));
 }
 

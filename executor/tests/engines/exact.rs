@@ -76,7 +76,7 @@ async fn an_uncaught_refusal_is_a_payload_outcome() {
     .await;
     assert_eq!(
         json(&outcome),
-        r#"{"error":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","location":{"line":1,"column":35},"logs":[]}"#,
+        r#"{"error":"Tool call payload is 112 bytes, over the limit of 64 bytes (provider, tool and arguments together). Send less per call.","kind":"payload","location":{"line":1,"column":27},"logs":[]}"#,
         "the refusal is placed at the call"
     );
 }

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{Recorder, config, json};
+use crate::support::{Recorder, config, json, located};
 use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 

@@ -26171,6 +26171,7 @@ static __exception int js_parse_array_literal(JSParseState *s)
     /* stack has array, index */
     while (s->token.val != ']') {
         if (s->token.val == TOK_ELLIPSIS) {
+            emit_source_loc(s); /* codemode-rs: the `...`, unless its operand says more */
             if (next_token(s))
                 return -1;
             if (js_parse_assign_expr(s))
