@@ -96,7 +96,7 @@ async fn a_location_is_compared_where_the_transcript_names_one() {
     let failure = run_case(&implementation, &transcript).await.unwrap_err();
     assert_eq!(
         failure.message,
-        "outcome differs\n  expected: {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":1},\"logs\":[]}\n  actual:   {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":30},\"logs\":[]}\n  first difference at character 72: expected \"1},\\\"logs\\\":[]}\", got \"30},\\\"logs\\\":[]}\""
+        "outcome differs\n  expected: {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":1},\"logs\":[]}\n  actual:   {\"error\":\"too few rows\",\"kind\":\"thrown\",\"location\":{\"line\":3,\"column\":30},\"logs\":[]}\n  first difference at character 70: expected \"1},\\\"logs\\\":[]}\", got \"30},\\\"logs\\\":[]}\""
     );
     // ... and a transcript that names none leaves the place to the implementation.
     assert!(named.is_some());
