@@ -11,72 +11,62 @@ use codemode_conformance::{
     load_expected_failures, run_case,
 };
 
-const USAGE: &str = "usage: codemode-conformance [--transcripts DIR]... [--executor-cmd \"CMD ARGS\" | --connect ADDRESS [--token-file FILE]] [--engine NAME] [--json]
-  --transcripts DIR   a directory of transcript files (*.json); may be given several times
-                      (default: the suite in conformance/transcripts)
-  --executor-cmd CMD  a program speaking the wire protocol on stdin/stdout (default: the built-in executor in-process)
-  --connect ADDRESS   a daemon (codemode serve) at unix:PATH or tcp:HOST:PORT
-  --token-file FILE   the daemon's token
-  --engine NAME       the engine it runs on, for engine-specific outcomes (default: quickjs); in-process,
-                      the engine the built-in executor runs (quickjs, or v8 in a build with it)
-  --expected-failures FILE
-                      a JSON list of {\"transcript\": file name, \"reason\": why} this implementation is
-                      known to fail; such a case that passes fails the run, so the list cannot go stale
-  --json              one JSON object per case instead of text lines";
-
+/// The flags, as docs/conformance.md documents them.
+#[derive(clap::Parser)]
+#[command(
+    name = "codemode-conformance",
+    version,
+    // As the hand-written parser did: a flag given twice keeps its last value.
+    args_override_self = true,
+    about = "Run golden transcripts against an executor: a line per case, then `N passed, N failed`.",
+    after_help = AFTER_HELP
+)]
 struct Args {
+    /// A directory of transcript files (*.json); may be given several times [default: the
+    /// suite in conformance/transcripts].
+    #[arg(long = "transcripts", value_name = "DIR", allow_hyphen_values = true)]
     dirs: Vec<PathBuf>,
+    /// A program speaking the wire protocol on stdin/stdout, with its arguments as one
+    /// string [default: the built-in executor, in-process].
+    #[arg(long = "executor-cmd", value_name = "CMD", allow_hyphen_values = true, conflicts_with = "connect")]
     command: Option<String>,
-    engine: String,
-    json: bool,
-    expected_failures: Option<PathBuf>,
+    /// A daemon (codemode serve) at unix:PATH or tcp:HOST:PORT.
+    #[arg(long, value_name = "ADDRESS", allow_hyphen_values = true)]
     connect: Option<String>,
+    /// The daemon's token.
+    #[arg(long, value_name = "FILE", allow_hyphen_values = true)]
     token_file: Option<PathBuf>,
+    /// The engine it runs on, for engine-specific outcomes; in-process, the engine the
+    /// built-in executor runs (quickjs, or v8 in a build with it).
+    #[arg(long, value_name = "NAME", default_value = "quickjs", allow_hyphen_values = true)]
+    engine: String,
+    /// A JSON list of {"transcript": file name, "reason": why} this implementation is known
+    /// to fail; such a case that passes fails the run, so the list cannot go stale.
+    #[arg(long, value_name = "FILE", allow_hyphen_values = true)]
+    expected_failures: Option<PathBuf>,
+    /// One JSON object per case instead of text lines.
+    #[arg(long)]
+    json: bool,
 }
 
-fn parse(args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut parsed = Args {
-        dirs: Vec::new(),
-        command: None,
-        engine: "quickjs".to_owned(),
-        json: false,
-        expected_failures: None,
-        connect: None,
-        token_file: None,
-    };
-    let mut args = args.peekable();
-    while let Some(arg) = args.next() {
-        let mut value = |flag: &str| args.next().ok_or_else(|| format!("{flag} needs a value"));
-        match arg.as_str() {
-            "--transcripts" => parsed.dirs.push(PathBuf::from(value("--transcripts")?)),
-            "--executor-cmd" => parsed.command = Some(value("--executor-cmd")?),
-            "--engine" => parsed.engine = value("--engine")?,
-            "--json" => parsed.json = true,
-            "--connect" => parsed.connect = Some(value("--connect")?),
-            "--token-file" => parsed.token_file = Some(PathBuf::from(value("--token-file")?)),
-            "--expected-failures" => {
-                parsed.expected_failures = Some(PathBuf::from(value("--expected-failures")?))
-            }
-            other => return Err(format!("unknown argument {other:?}")),
-        }
-    }
-    if parsed.command.is_some() && parsed.connect.is_some() {
-        return Err("give --executor-cmd or --connect, not both".to_owned());
-    }
-    if parsed.dirs.is_empty() {
-        parsed.dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/transcripts")));
-    }
-    Ok(parsed)
-}
+const AFTER_HELP: &str = "\
+Exit status:
+  0  every case passed
+  1  a case failed
+  2  bad usage, an unreadable transcript (the file is named), or an executor that cannot be reached
+
+Examples:
+  codemode-conformance
+  codemode-conformance --executor-cmd \"codemode stdio --engine quickjs\"
+  codemode-conformance --transcripts my-cases/ --transcripts conformance/transcripts
+  codemode-conformance --connect tcp:127.0.0.1:7700 --token-file token";
 
 fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(problem) => {
-            eprintln!("codemode-conformance: {problem}\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    // clap exits 2 on bad usage, 0 after --help and --version.
+    let mut args = <Args as clap::Parser>::parse();
+    if args.dirs.is_empty() {
+        args.dirs.push(PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/transcripts")));
+    }
     let mut cases = Vec::new();
     for dir in &args.dirs {
         match load_dir(dir) {

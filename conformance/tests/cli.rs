@@ -17,9 +17,7 @@ fn bad_usage_and_unreadable_directories_exit_2() {
     let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance")).arg("--bogus").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(
-        String::from_utf8(output.stderr)
-            .unwrap()
-            .starts_with("codemode-conformance: unknown argument \"--bogus\"")
+        String::from_utf8(output.stderr).unwrap().starts_with("error: unexpected argument '--bogus' found\n")
     );
     let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
         .args(["--transcripts", "/nonexistent"])
@@ -189,4 +187,64 @@ fn connects_to_a_daemon_on_a_unix_socket_and_on_tcp_with_a_token() {
         "codemode-conformance: the daemon refused the connection: this daemon requires a token and the hello carried none; pass the token the daemon was started with\n"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn help_and_version_say_what_it_takes_and_exit_0() {
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance")).arg("--help").output().unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert!(stdout.contains("Usage: codemode-conformance [OPTIONS]\n"), "{stdout}");
+    for flag in [
+        "--transcripts <DIR>",
+        "--executor-cmd <CMD>",
+        "--connect <ADDRESS>",
+        "--token-file <FILE>",
+        "--engine <NAME>",
+        "--expected-failures <FILE>",
+        "--json",
+    ] {
+        assert!(stdout.contains(&format!("      {flag} ")), "{flag}: {stdout}");
+    }
+    assert!(stdout.ends_with(
+        "Exit status:
+  0  every case passed
+  1  a case failed
+  2  bad usage, an unreadable transcript (the file is named), or an executor that cannot be reached
+
+Examples:
+  codemode-conformance
+  codemode-conformance --executor-cmd \"codemode stdio --engine quickjs\"
+  codemode-conformance --transcripts my-cases/ --transcripts conformance/transcripts
+  codemode-conformance --connect tcp:127.0.0.1:7700 --token-file token
+"
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance")).arg("--version").output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        format!("codemode-conformance {}\n", env!("CARGO_PKG_VERSION"))
+    );
+}
+
+#[test]
+fn the_executor_command_and_a_daemon_exclude_each_other_and_a_repeated_flag_keeps_its_last_value() {
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--executor-cmd", "codemode stdio", "--connect", "unix:/nonexistent.sock"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8(output.stderr).unwrap().starts_with(
+        "error: the argument '--executor-cmd <CMD>' cannot be used with '--connect <ADDRESS>'\n"
+    ));
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode-conformance"))
+        .args(["--engine", "spidermonkey", "--engine", "quickjs", "--transcripts", "/nonexistent"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        String::from_utf8(output.stderr)
+            .unwrap()
+            .starts_with("codemode-conformance: /nonexistent: cannot read the directory")
+    );
 }

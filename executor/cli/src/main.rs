@@ -29,7 +29,14 @@ use codemode_protocol::ToolTable;
 #[command(
     name = "codemode",
     version,
-    about = "Run programs written by language models in a sandbox whose only way out is a tool call."
+    propagate_version = true,
+    about = "Run programs written by language models in a sandbox whose only way out is a tool call.",
+    after_help = "Examples:
+  codemode run program.js --db shop.sql
+  codemode declarations --db
+  codemode serve --listen unix:/run/codemode/codemode.sock
+
+`codemode help COMMAND` (or `codemode COMMAND --help`) describes each command and its exit codes."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -41,8 +48,11 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run PROGRAM.js and print its outcome as one JSON object (the codec's form).
+    #[command(after_help = RUN_AFTER_HELP)]
     Run {
-        /// The program: the source of an async arrow function (or any form the normalizer accepts).
+        /// The program: a file holding the source of an async arrow function (or any form
+        /// the normalizer accepts), or - to read it from stdin.
+        #[arg(value_name = "PROGRAM.js")]
         program: PathBuf,
         /// Serve the provider `db` from SQLite: FILE.sql is loaded into memory, anything else opened read-only.
         #[arg(long, value_name = "FILE")]
@@ -55,7 +65,7 @@ enum Command {
         /// answered by an SQL query on the database or a fixed result (docs/tools.md).
         #[arg(long, value_name = "SPEC.json")]
         spec: Option<PathBuf>,
-        /// Wall-clock limit in milliseconds.
+        /// Wall-clock limit in milliseconds [default: 30000].
         #[arg(long, value_name = "N")]
         timeout_ms: Option<u64>,
         /// The engine's memory limit in bytes.
@@ -75,6 +85,7 @@ enum Command {
     },
     /// Print what the model is told about the providers: TypeScript declarations to paste
     /// into a prompt, their JSON Schemas, or the whole code tool.
+    #[command(after_help = DECLARATIONS_AFTER_HELP)]
     Declarations {
         /// A tool spec file (the same as `run --spec`).
         spec: Option<PathBuf>,
@@ -87,6 +98,7 @@ enum Command {
     },
     /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
     /// message per line), for conformance runners, process isolation and other hosts.
+    #[command(after_help = STDIO_AFTER_HELP)]
     Stdio {
         #[command(flatten)]
         engine: EngineArg,
@@ -99,6 +111,45 @@ enum Command {
     #[cfg(feature = "mcp")]
     Mcp(mcp::McpArgs),
 }
+
+const RUN_AFTER_HELP: &str = "\
+Providers:
+  --db FILE        db.tables()               the names of the tables
+                   db.schema(table)          the columns of one table
+                   db.query(sql, ...params)  one read-only statement (SELECT), one object per row
+  --fixture FILE   a fixed result per \"provider.tool\" key; --db, --spec and --fixture combine
+                   (a provider --db or --spec serves is theirs, not the fixture's)
+  --spec FILE      the providers a tool spec file declares (docs/tools.md)
+
+Limits: 30 s of wall-clock time unless --timeout-ms says otherwise.
+
+Exit status:
+  0  the program returned: stdout holds {\"result\": ..., \"logs\": [...]}
+  1  the program failed (threw, timed out, ran out of memory): stdout holds {\"error\": ..., \"kind\": ...}
+  2  bad usage or unreadable input: nothing on stdout, stderr says what to fix
+
+Examples:
+  codemode run executor/cli/examples/top-customers.js --db executor/cli/examples/shop.sql
+  echo 'async () => (await db.tables()).length' | codemode run - --db shop.sql
+  codemode run program.js --db shop.sql --fixture weather.json --timeout-ms 5000";
+
+const DECLARATIONS_AFTER_HELP: &str = "\
+Exit status:
+  0  the declarations are on stdout
+  2  bad usage, no providers, or a spec file that does not read: stderr says what to fix
+
+Examples:
+  codemode declarations --db
+  codemode declarations executor/cli/examples/shop.spec.json --format code-tool";
+
+const STDIO_AFTER_HELP: &str = "\
+Exit status:
+  0  stdin closed and every execution ended
+  1  the protocol failed (a message that does not read, stdout closed): stderr says why
+  2  bad usage (such as an engine this build lacks)
+
+Example:
+  codemode-conformance --executor-cmd \"codemode stdio --engine quickjs\"";
 
 /// `--engine`, read with `EngineKind`'s own parser so an engine this build lacks is
 /// refused with its text (exit code 2).
@@ -330,6 +381,28 @@ impl ConnectArgs {
     }
 }
 
+/// The program's source, from its file or from stdin (`-`); an empty one is bad input.
+fn read_program(program: &Path) -> Result<String, String> {
+    let (code, named) = if program == Path::new("-") {
+        let mut code = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut code)
+            .map_err(|e| format!("cannot read the program from stdin: {e}"))?;
+        (code, "the program on stdin".to_owned())
+    } else {
+        let code = std::fs::read_to_string(program).map_err(|e| {
+            let path = program.display();
+            format!("cannot read the program {path}: {e}. Pass the path of a .js file, or - for stdin.")
+        })?;
+        (code, format!("the program {}", program.display()))
+    };
+    if code.trim().is_empty() {
+        return Err(format!(
+            "{named} is empty: write the source of an async arrow function in it, such as `async () => (await db.tables()).length`"
+        ));
+    }
+    Ok(code)
+}
+
 fn run(
     program: PathBuf,
     sources: Sources,
@@ -339,9 +412,7 @@ fn run(
     engine: EngineKind,
     connect: ConnectArgs,
 ) -> Result<ExitCode, String> {
-    let code = std::fs::read_to_string(&program).map_err(|e| {
-        format!("cannot read the program {}: {e}. Pass the path of a .js file.", program.display())
-    })?;
+    let code = read_program(&program)?;
     let mut request = Request::new(code);
     let toolbox = toolbox(sources.db.as_deref(), sources.spec.as_deref())?;
     if let Some(path) = &sources.fixture {
@@ -349,7 +420,11 @@ fn run(
         let declared: Vec<&str> =
             toolbox.iter().flat_map(|t| t.table().providers()).map(|p| p.name.as_str()).collect();
         // A fixture's provider that the toolbox also serves is the toolbox's.
-        let providers = fixture.descriptors().into_iter().filter(|p| !declared.contains(&p.name.as_str()));
+        let providers: Vec<_> =
+            fixture.descriptors().into_iter().filter(|p| !declared.contains(&p.name.as_str())).collect();
+        // A name the sandbox refuses is the fixture's fault: bad input, not the program's failure.
+        codemode_protocol::validate_providers(&providers)
+            .map_err(|e| format!("the fixture {} does not serve: {e}", path.display()))?;
         request = request.providers(providers).dispatch(fixture.dispatch());
     }
     if let Some(toolbox) = &toolbox {

@@ -62,7 +62,12 @@ Examples:
   codemode mcp --server tracker=https://mcp.example.com/mcp
 
 An MCP client's configuration entry:
-  {\"command\": \"codemode\", \"args\": [\"mcp\", \"--db\", \"/path/to/shop.sql\"]}";
+  {\"command\": \"codemode\", \"args\": [\"mcp\", \"--db\", \"/path/to/shop.sql\"]}
+
+Exit status:
+  0  the client closed stdin
+  1  serving failed: stderr says why
+  2  bad usage, or a provider that cannot start: stderr says what to fix";
 
 /// Where an upstream MCP server is, as `--server` says.
 #[derive(Debug, PartialEq, Eq)]

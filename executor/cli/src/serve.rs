@@ -26,7 +26,15 @@ Example config file:
   memory_limit_bytes = 268435456
   [connections]
   max_connections = 256
-  idle_timeout_ms = 300000")]
+  idle_timeout_ms = 300000
+
+Exit status:
+  0  the daemon stopped cleanly
+  2  a bad flag or config file, or an address it cannot listen on: stderr says what to fix
+
+Examples:
+  codemode serve --listen unix:/run/codemode/codemode.sock
+  codemode serve --config /etc/codemode/serve.toml --log-format json")]
 pub(crate) struct ServeArgs {
     /// A TOML file with any of the settings below (see docs/daemon.md).
     #[arg(long, value_name = "FILE.toml")]

@@ -259,7 +259,7 @@ fn exit_codes_say_result_error_or_usage() {
     assert_eq!(missing.status.code(), Some(2));
     assert_eq!(
         String::from_utf8(missing.stderr).unwrap(),
-        "codemode: cannot read the program /nonexistent/program.js: No such file or directory (os error 2). Pass the path of a .js file.\n"
+        "codemode: cannot read the program /nonexistent/program.js: No such file or directory (os error 2). Pass the path of a .js file, or - for stdin.\n"
     );
     let (code, _, stderr) = codemode("async () => 1", &["--db", "/nonexistent/shop.db"]);
     assert_eq!(code, 2);
@@ -448,4 +448,79 @@ interface Customer {
     let schemas: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(schemas["providers"][0]["tools"][1]["name"], "orders_since");
     assert_eq!(schemas["providers"][0]["tools"][1]["originalName"], "orders-since");
+}
+
+/// Runs `codemode run - ARGS` with `stdin` as its standard input.
+fn codemode_stdin(stdin: &str, args: &[&str]) -> (i32, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["run", "-"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+#[test]
+fn a_dash_reads_the_program_from_stdin() {
+    assert_eq!(
+        codemode_stdin("async () => (await db.tables()).length", &["--db", &shop()]),
+        (0, "{\"result\":4,\"logs\":[]}\n".to_owned(), String::new())
+    );
+    assert_eq!(
+        codemode_stdin("async () => { throw new Error('no') }", &[]),
+        (1, "{\"error\":\"no\",\"kind\":\"thrown\",\"logs\":[]}\n".to_owned(), String::new())
+    );
+}
+
+#[test]
+fn an_empty_program_is_refused_with_what_to_write_in_it() {
+    let (code, stdout, stderr) = codemode(" \n", &[]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    let file = stderr.strip_prefix("codemode: the program ").and_then(|s| s.split_once(' ')).unwrap().0;
+    assert_eq!(
+        stderr.replace(file, "FILE"),
+        "codemode: the program FILE is empty: write the source of an async arrow function in it, such as `async () => (await db.tables()).length`\n"
+    );
+    assert_eq!(
+        codemode_stdin("", &[]),
+        (
+            2,
+            String::new(),
+            "codemode: the program on stdin is empty: write the source of an async arrow function in it, such as `async () => (await db.tables()).length`\n".to_owned()
+        )
+    );
+}
+
+#[test]
+fn a_fixture_whose_provider_name_the_sandbox_refuses_is_bad_input() {
+    let dir = std::env::temp_dir().join(format!("codemode-fixture-names-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fixture = dir.join("fixture.json");
+    let path = fixture.display().to_string();
+    for (key, problem) in [
+        (
+            "my-store.list",
+            "Provider name \"my-store\" must be ASCII letters, digits, underscore and dollar, and must not start with a digit.",
+        ),
+        (
+            "class.list",
+            "Provider name \"class\" is on the list this executor refuses: every ECMAScript reserved word, the names strict mode reserves, and async. Pick a name outside it.",
+        ),
+    ] {
+        std::fs::write(&fixture, format!(r#"{{"{key}": 1}}"#)).unwrap();
+        let (code, stdout, stderr) = codemode("async () => 1", &["--fixture", &path]);
+        assert_eq!((code, stdout.as_str()), (2, ""), "{key}");
+        assert_eq!(stderr, format!("codemode: the fixture {path} does not serve: {problem}\n"), "{key}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
