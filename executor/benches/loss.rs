@@ -1,6 +1,6 @@
 //! No execution lost, at full counts: 10,000 sequential runs and 1,000 runs of 40
 //! concurrent calls with 30 KB arguments, under process isolation and over a
-//! `codemode serve` daemon on a Unix socket. `executor/tests/transports.rs` runs the same
+//! `codemode serve` daemon on a Unix socket. `executor/cli/tests/transports.rs` runs the same
 //! cases at smaller counts on every `cargo test`; this is the soak. Prints what was lost
 //! (and the median run) per transport and exits 1 if anything was.
 //! `cargo bench --bench loss`.
