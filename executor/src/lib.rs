@@ -58,7 +58,8 @@ pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
 pub use request::Request;
 pub use serve_config::{
-    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
+    ConnectionsSection, DRAIN_MARGIN, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
+    ServeConfig,
 };
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 

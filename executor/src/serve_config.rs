@@ -8,6 +8,8 @@
 //! listen = "unix:/run/codemode/codemode.sock"
 //! log_format = "json"
 //! log_level = "info"
+//! admin = "0.0.0.0:9090"   # /livez, /readyz, /metrics (the codemode binary serves it)
+//! drain_timeout_ms = 35000
 //!
 //! [executor]
 //! workers = 4
@@ -39,6 +41,10 @@ use serde::Deserialize;
 use crate::config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
 use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
 
+/// What the default drain timeout adds to the ceiling on `timeout_ms`: time for the last
+/// outcomes to be sent.
+pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
+
 /// A daemon's configuration as an operator writes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +62,12 @@ pub struct ServeConfig {
     /// The least level logged: `info` (the default: connections and executions), `debug`
     /// (each call and fetch too, with its duration), `warn` or `error`.
     pub log_level: Option<LogLevel>,
+    /// `HOST:PORT` of the admin port: plain HTTP with `/livez`, `/readyz` and `/metrics`,
+    /// no executions. Served by the `codemode` binary; the library only records.
+    pub admin: Option<String>,
+    /// How long a drain (on SIGTERM or SIGINT) lets admitted executions run before they
+    /// end with `DAEMON_SHUT_DOWN`; default [`ServeConfig::drain_timeout`]'s.
+    pub drain_timeout_ms: Option<u64>,
     /// How executions run.
     #[serde(default)]
     pub executor: ExecutorSection,
@@ -176,7 +188,11 @@ macro_rules! overlay {
 impl ServeConfig {
     /// This configuration with every field `flags` sets taking its place.
     pub fn overridden_by(mut self, flags: &ServeConfig) -> ServeConfig {
-        overlay!(self, flags, [listen, token_file, tls_cert, tls_key, log_format, log_level]);
+        overlay!(
+            self,
+            flags,
+            [listen, token_file, tls_cert, tls_key, log_format, log_level, admin, drain_timeout_ms]
+        );
         overlay!(self.executor, flags.executor, [workers, engine, isolation, confinement]);
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
@@ -272,6 +288,20 @@ impl ServeConfig {
             config.max_frame_bytes = n;
         }
         Ok(config)
+    }
+
+    /// How long a drain waits for admitted executions: `drain_timeout_ms`, or else the
+    /// ceiling on `timeout_ms` plus [`DRAIN_MARGIN`], so that every run a request may ask
+    /// for can finish and its outcome be sent.
+    pub fn drain_timeout(&self) -> Duration {
+        match self.drain_timeout_ms {
+            Some(ms) => Duration::from_millis(ms),
+            None => {
+                let ceiling =
+                    self.ceilings.timeout_ms.map_or(Limits::default_ceilings().timeout, Duration::from_millis);
+                ceiling.saturating_add(DRAIN_MARGIN)
+            }
+        }
     }
 
     /// The bounds a daemon holds its clients to.

@@ -6,6 +6,7 @@
 //! place in the program when known: `codemode: thrown error: boom (at line 3, column 14)`),
 //! 2 for bad usage or unreadable input (with a message on stderr saying what to fix).
 
+mod admin;
 mod db;
 mod fixture;
 #[cfg(feature = "mcp")]

@@ -1,9 +1,16 @@
 //! `codemode serve`: the daemon, configured by a TOML file and flags (flags win), logging
-//! through tracing as text or JSON lines on stderr.
+//! through tracing as text or JSON lines on stderr; it drains on SIGTERM or SIGINT and
+//! serves probes and metrics on `--admin`.
 
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use codemode_executor::daemon::Daemon;
+use codemode_executor::daemon::{Daemon, DaemonHealth};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::oneshot;
+
+use crate::admin::{self, Admin};
 use codemode_executor::{
     ConnectionsSection, Executor, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
     ServeConfig,
@@ -16,6 +23,8 @@ use codemode_executor::{
 Example config file:
   listen = \"unix:/run/codemode/codemode.sock\"
   log_format = \"json\"
+  admin = \"0.0.0.0:9090\"
+  drain_timeout_ms = 35000
   [executor]
   workers = 4
   isolation = \"process\"
@@ -51,6 +60,13 @@ pub(crate) struct ServeArgs {
     /// The TLS private key (PEM), for TCP.
     #[arg(long, value_name = "FILE")]
     tls_key: Option<PathBuf>,
+    /// Serve /livez, /readyz and /metrics (plain HTTP, no executions) on HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    admin: Option<String>,
+    /// On SIGTERM or SIGINT, how long admitted executions may still run before they end
+    /// [default: the ceiling on timeout_ms plus 5000].
+    #[arg(long, value_name = "MS")]
+    drain_timeout_ms: Option<u64>,
     /// Log lines on stderr: text (default) or json.
     #[arg(long, value_name = "FORMAT", value_parser = ["text", "json"])]
     log_format: Option<String>,
@@ -130,6 +146,8 @@ impl ServeArgs {
                 "debug" => LogLevel::Debug,
                 _ => LogLevel::Info,
             }),
+            admin: self.admin.clone(),
+            drain_timeout_ms: self.drain_timeout_ms,
             executor: ExecutorSection {
                 workers: self.workers,
                 engine: self.engine.clone(),
@@ -164,7 +182,7 @@ impl ServeArgs {
     }
 }
 
-/// Read the configuration, start logging, and serve until the process ends.
+/// Read the configuration, start logging, and serve until a signal's drain ends.
 pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     let file = match &args.config {
         None => ServeConfig::default(),
@@ -179,15 +197,116 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     let executor_config = config.executor_config(worker)?;
     let daemon_config = config.daemon_config()?;
     let limits = config.daemon_limits();
+    let drain_timeout = config.drain_timeout();
     start_logging(config.log_format.unwrap_or_default(), config.log_level.unwrap_or_default());
+    let health = Arc::new(OnceLock::new());
+    let control = Control::start(config.admin.as_deref(), executor_config.engine.name(), health.clone())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async {
+    let served = runtime.block_on(async {
         let daemon = Daemon::bind_with(daemon_config, limits).await?;
-        daemon.serve(Executor::new(executor_config)).await
-    })
+        let _ = health.set(daemon.health());
+        let Control { admin, drain } = control;
+        // Polled first right after the daemon's "listening" line, so that line stays first.
+        let drain = async move {
+            if let Some(address) = admin {
+                tracing::info!(address = %address, "admin listening");
+            }
+            match drain.await {
+                Ok(signal) => tracing::info!(signal, "signal received"),
+                // The control thread is gone (it cannot be, short of a panic): serve on.
+                Err(_) => std::future::pending().await,
+            }
+        };
+        daemon.serve_until(Executor::new(executor_config), drain, drain_timeout).await
+    });
+    // Whatever is left on the runtime (a task of a run ended at the timeout) is not waited for.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    served
+}
+
+/// The control thread, apart from the daemon's runtime: the signal handlers and the admin
+/// port, on a current-thread runtime of its own, so both answer however starved the
+/// daemon's runtime is.
+struct Control {
+    /// The admin port's address, once bound.
+    admin: Option<std::net::SocketAddr>,
+    /// Sent the first signal's name: the drain starts.
+    drain: oneshot::Receiver<&'static str>,
+}
+
+impl Control {
+    /// Install the signal handlers (so SIGTERM reaches a PID 1 too) and bind the admin
+    /// port with the exporter, then hand both to the control thread.
+    fn start(
+        admin: Option<&str>,
+        engine: &'static str,
+        health: Arc<OnceLock<DaemonHealth>>,
+    ) -> Result<Control, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+        let (signals, admin) = runtime.block_on(async {
+            let signals = Signals::install()?;
+            let admin = match admin {
+                None => None,
+                Some(address) => {
+                    let metrics = admin::install_exporter(engine)?;
+                    Some(Admin::bind(address, health, metrics).await?)
+                }
+            };
+            Ok::<_, String>((signals, admin))
+        })?;
+        let address = admin.as_ref().map(Admin::local_addr).transpose()?;
+        let (start_drain, drain) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("codemode-control".to_owned())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    if let Some(admin) = admin {
+                        tokio::spawn(admin.serve());
+                    }
+                    signals.handle(start_drain).await;
+                })
+            })
+            .map_err(|e| format!("cannot start the control thread: {e}"))?;
+        Ok(Control { admin: address, drain })
+    }
+}
+
+/// SIGTERM and SIGINT, handled from installation on: none is lost before the drain waits.
+struct Signals {
+    terminate: Signal,
+    interrupt: Signal,
+}
+
+impl Signals {
+    fn install() -> Result<Signals, String> {
+        let handler = |kind, name| signal(kind).map_err(|e| format!("cannot handle {name}: {e}"));
+        Ok(Signals {
+            terminate: handler(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: handler(SignalKind::interrupt(), "SIGINT")?,
+        })
+    }
+
+    /// The first signal starts the drain; a second ends the process at once with 128 plus
+    /// its number (130 for SIGINT, 143 for SIGTERM), as a shell reports a signal's death.
+    async fn handle(mut self, start_drain: oneshot::Sender<&'static str>) {
+        let _ = start_drain.send(self.next().await.0);
+        let (signal, code) = self.next().await;
+        tracing::warn!(signal, code, "second signal; exiting at once");
+        std::process::exit(code);
+    }
+
+    async fn next(&mut self) -> (&'static str, i32) {
+        tokio::select! {
+            _ = self.terminate.recv() => ("SIGTERM", 128 + 15),
+            _ = self.interrupt.recv() => ("SIGINT", 128 + 2),
+        }
+    }
 }
 
 /// Read a config file's TOML text; the error names the line and the key.
