@@ -297,8 +297,10 @@ impl ServeConfig {
         match self.drain_timeout_ms {
             Some(ms) => Duration::from_millis(ms),
             None => {
-                let ceiling =
-                    self.ceilings.timeout_ms.map_or(Limits::default_ceilings().timeout, Duration::from_millis);
+                let ceiling = self
+                    .ceilings
+                    .timeout_ms
+                    .map_or(Limits::default_ceilings().timeout, Duration::from_millis);
                 ceiling.saturating_add(DRAIN_MARGIN)
             }
         }

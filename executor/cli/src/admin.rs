@@ -40,8 +40,13 @@ const UPKEEP: Duration = Duration::from_secs(5);
 /// every name from the start and `rate()` sees the first increment.
 pub(crate) fn install_exporter(engine: &'static str) -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Full(names::EXECUTION_DURATION_SECONDS.to_owned()), &EXECUTION_BUCKETS)
-        .and_then(|b| b.set_buckets_for_metric(Matcher::Full(names::CALL_DURATION_SECONDS.to_owned()), &CALL_BUCKETS))
+        .set_buckets_for_metric(
+            Matcher::Full(names::EXECUTION_DURATION_SECONDS.to_owned()),
+            &EXECUTION_BUCKETS,
+        )
+        .and_then(|b| {
+            b.set_buckets_for_metric(Matcher::Full(names::CALL_DURATION_SECONDS.to_owned()), &CALL_BUCKETS)
+        })
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| format!("cannot install the metrics exporter: {e}"))?;
     metrics::describe_counter!(
@@ -155,7 +160,72 @@ fn exposition(metrics: &PrometheusHandle) -> Response {
 
 #[cfg(test)]
 mod tests {
+    use std::io::{Read, Write};
+
+    use codemode_executor::Executor;
+    use codemode_executor::daemon::{Address, Daemon, DaemonConfig, HEARTBEAT_MISSED};
+
     use super::*;
+
+    /// `GET path` on the admin port: the status line and the body.
+    fn get(address: SocketAddr, path: &str) -> (String, String) {
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        (head.lines().next().unwrap().to_owned(), body.to_owned())
+    }
+
+    /// A daemon whose runtime is blocked (a task that never yields) misses its heartbeat:
+    /// `/livez` turns 503 `stalled` within [`HEARTBEAT_MISSED`] and a little, answered by
+    /// the admin port's own runtime all along.
+    #[test]
+    fn a_wedged_daemon_runtime_is_not_live_and_the_admin_port_still_says_so() {
+        let socket = std::env::temp_dir().join(format!("codemode-admin-wedged-{}.sock", std::process::id()));
+        let (health_sender, health) = std::sync::mpsc::channel();
+        let daemon_socket = socket.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(daemon_socket))).await.unwrap();
+                health_sender.send(daemon.health()).unwrap();
+                tokio::spawn(daemon.serve(Executor::default()));
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                // Wedged: nothing else on this runtime runs, the heartbeat included.
+                std::thread::sleep(HEARTBEAT_MISSED + Duration::from_secs(3));
+            });
+        });
+        let shared = Arc::new(OnceLock::new());
+        let _ = shared.set(health.recv_timeout(Duration::from_secs(10)).unwrap());
+        let (address_sender, address) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            runtime.block_on(async move {
+                let metrics = PrometheusBuilder::new().build_recorder().handle();
+                let admin = Admin::bind("127.0.0.1:0", shared, metrics).await.unwrap();
+                address_sender.send(admin.local_addr().unwrap()).unwrap();
+                admin.serve().await;
+            });
+        });
+        let address = address.recv_timeout(Duration::from_secs(10)).unwrap();
+        let started = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(get(address, "/livez"), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
+        assert_eq!(get(address, "/readyz"), ("HTTP/1.1 200 OK".to_owned(), "ok".to_owned()));
+        loop {
+            let (status, body) = get(address, "/livez");
+            if status != "HTTP/1.1 200 OK" {
+                assert_eq!((status.as_str(), body.as_str()), ("HTTP/1.1 503 Service Unavailable", "stalled"));
+                break;
+            }
+            assert!(started.elapsed() < HEARTBEAT_MISSED + Duration::from_secs(2), "still live");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(started.elapsed() >= HEARTBEAT_MISSED - Duration::from_secs(1), "{:?}", started.elapsed());
+        let _ = std::fs::remove_file(&socket);
+    }
 
     #[test]
     fn before_the_daemon_is_bound_it_is_live_and_starting() {

@@ -77,6 +77,24 @@ fn flags_win_over_the_file() {
 }
 
 #[test]
+fn the_admin_port_and_the_drain_timeout_come_from_the_file_or_the_flags() {
+    let file = from_toml("admin = \"0.0.0.0:9090\"\ndrain_timeout_ms = 35000\n").unwrap();
+    assert_eq!(file.admin.as_deref(), Some("0.0.0.0:9090"));
+    assert_eq!(file.drain_timeout(), Duration::from_secs(35));
+    let flags = ServeConfig { drain_timeout_ms: Some(300), ..ServeConfig::default() };
+    let config = file.overridden_by(&flags);
+    assert_eq!(
+        (config.admin.as_deref(), config.drain_timeout()),
+        (Some("0.0.0.0:9090"), Duration::from_millis(300))
+    );
+    // Unset: the ceiling on timeout_ms plus the margin, so every run allowed can finish.
+    assert_eq!(ServeConfig::default().admin, None);
+    assert_eq!(codemode_executor::DRAIN_MARGIN, Duration::from_secs(5));
+    assert_eq!(ServeConfig::default().drain_timeout(), Duration::from_secs(900 + 5));
+    assert_eq!(from_toml("[ceilings]\ntimeout_ms = 5000").unwrap().drain_timeout(), Duration::from_secs(10));
+}
+
+#[test]
 fn what_cannot_run_is_refused_with_what_to_change() {
     let refused = |text: &str| {
         let config = from_toml(text)?;
