@@ -118,6 +118,9 @@ fn a_library_user_of_the_executor_builds_no_cli_store_subscriber_or_tls() {
         "rustls",
         "tokio-rustls",
         "ring",
+        "metrics-exporter-prometheus",
+        "axum",
+        "hyper",
     ];
     let names = normal_dependencies("codemode-executor", &[]);
     let found: Vec<&String> = names.iter().filter(|n| forbidden.contains(&n.as_str())).collect();
@@ -127,7 +130,15 @@ fn a_library_user_of_the_executor_builds_no_cli_store_subscriber_or_tls() {
     );
     // The CLI package is where they are.
     let cli = normal_dependencies("codemode-cli", &[]);
-    for name in ["clap", "rusqlite", "toml", "tracing-subscriber", "tokio-rustls"] {
+    for name in [
+        "clap",
+        "rusqlite",
+        "toml",
+        "tracing-subscriber",
+        "tokio-rustls",
+        "metrics-exporter-prometheus",
+        "axum",
+    ] {
         assert!(cli.iter().any(|n| n == name), "codemode-cli builds {name}");
     }
 }
