@@ -38,12 +38,15 @@ Example config file:
   idle_timeout_ms = 300000
 
 Exit status:
-  0  the daemon stopped cleanly
-  2  a bad flag or config file, or an address it cannot listen on: stderr says what to fix
+  0    the daemon stopped cleanly: SIGTERM or SIGINT, then the drain
+  2    a bad flag or config file, or an address it cannot listen on: stderr says what to fix
+  130  a second SIGINT during the drain: stopped at once, live executions lost
+  143  a second SIGTERM during the drain: stopped at once, live executions lost
 
 Examples:
   codemode serve --listen unix:/run/codemode/codemode.sock
-  codemode serve --config /etc/codemode/serve.toml --log-format json")]
+  codemode serve --config /etc/codemode/serve.toml --log-format json
+  codemode serve --listen unix:/run/codemode/codemode.sock --admin 127.0.0.1:9090")]
 pub(crate) struct ServeArgs {
     /// A TOML file with any of the settings below (see docs/daemon.md).
     #[arg(long, value_name = "FILE.toml")]

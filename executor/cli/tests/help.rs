@@ -167,8 +167,10 @@ fn serve_help_has_the_exit_codes_and_examples() {
     let stdout = help(&["serve"], &["Usage: codemode serve [OPTIONS]\n", "Example config file:\n"]);
     assert!(stdout.contains(
         "Exit status:
-  0  the daemon stopped cleanly
-  2  a bad flag or config file, or an address it cannot listen on: stderr says what to fix
+  0    the daemon stopped cleanly: SIGTERM or SIGINT, then the drain
+  2    a bad flag or config file, or an address it cannot listen on: stderr says what to fix
+  130  a second SIGINT during the drain: stopped at once, live executions lost
+  143  a second SIGTERM during the drain: stopped at once, live executions lost
 "
     ));
     assert!(stdout.contains("  codemode serve --listen unix:/run/codemode/codemode.sock\n"));
