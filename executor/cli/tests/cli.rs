@@ -478,7 +478,12 @@ fn a_dash_reads_the_program_from_stdin() {
     );
     assert_eq!(
         codemode_stdin("async () => { throw new Error('no') }", &[]),
-        (1, "{\"error\":\"no\",\"kind\":\"thrown\",\"logs\":[]}\n".to_owned(), String::new())
+        (
+            1,
+            "{\"error\":\"no\",\"kind\":\"thrown\",\"location\":{\"line\":1,\"column\":21},\"logs\":[]}\n"
+                .to_owned(),
+            "codemode: thrown error: no (at line 1, column 21)\n".to_owned()
+        )
     );
 }
 
