@@ -586,6 +586,9 @@ where
                             return;
                         }
                         let kind = out.push_outcome(execution, frame).await;
+                        // Its place is given back before it is counted as ended, so a scrape
+                        // that sees the end sees it out of flight too.
+                        drop(slot.take());
                         let engine = executor.config().engine.name();
                         crate::metrics::ended(kind.as_str());
                         crate::metrics::execution_duration(engine, started.elapsed());
