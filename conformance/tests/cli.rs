@@ -73,40 +73,9 @@ fn an_expected_failure_that_passes_fails_the_run() {
     let _ = std::fs::remove_file(&list);
 }
 
-/// Whether cargo set `name` for this process (not the user): a nested cargo seeing it
-/// reruns build scripts that watch it (ring's), and the user's next build reruns them back.
-fn set_by_cargo(name: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|prefix| name.starts_with(prefix))
-        || [
-            "CARGO",
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_MANIFEST_LINKS",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "CARGO_RUSTC_CURRENT_DIR",
-            "OUT_DIR",
-        ]
-        .contains(&name)
-}
-
-/// The `codemode` binary of this build, built first if `cargo test` has not built it yet.
+/// The `codemode` binary of this build.
 fn codemode_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let binary = exe.parent().and_then(std::path::Path::parent).unwrap().join("codemode");
-    if !binary.exists() {
-        let mut command = Command::new(env!("CARGO"));
-        for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(set_by_cargo) {
-                command.env_remove(name);
-            }
-        }
-        let status = command.args(["build", "-p", "codemode-cli", "--bin", "codemode"]).status().unwrap();
-        assert!(status.success(), "building the codemode binary failed");
-    }
-    binary
+    codemode_devtools::codemode_binary(&[]).unwrap()
 }
 
 /// Starts `codemode serve` with `args`, waits until `ready` says it listens.

@@ -163,54 +163,8 @@ impl Matrix {
     }
 }
 
-/// Whether cargo set `name` for this process (not the user): a nested cargo seeing it
-/// reruns build scripts that watch it (ring's), and the user's next build reruns them back.
-fn set_by_cargo(name: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|prefix| name.starts_with(prefix))
-        || [
-            "CARGO",
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_MANIFEST_LINKS",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "CARGO_RUSTC_CURRENT_DIR",
-            "OUT_DIR",
-        ]
-        .contains(&name)
-}
-
 fn build_codemode() -> Result<PathBuf, String> {
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let release = exe.ancestors().nth(2).and_then(Path::file_name).is_some_and(|name| name == "release");
-    let mut command = std::process::Command::new(env!("CARGO"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_str().is_some_and(set_by_cargo) {
-            command.env_remove(name);
-        }
-    }
-    command.args(["build", "--quiet", "-p", "codemode-cli", "--bin", "codemode", "--message-format=json"]);
-    if cfg!(feature = "v8") {
-        command.args(["--features", "v8"]);
-    }
-    if release {
-        command.arg("--release");
-    }
-    let output = command.output().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "building the codemode binary failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        ));
-    }
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "codemode")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| "cargo built no codemode executable".to_owned())
+    codemode_devtools::codemode_binary(if cfg!(feature = "v8") { &["v8"] } else { &[] })
 }
 
 /// The list at `name`, and a trial checking that it names transcripts of the suite, once

@@ -7,13 +7,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use codemode_executor::{
-    Execute, Executor, ExecutorConfig, Isolation, RemoteExecutor, Request, WorkerCommand,
-};
+use codemode_executor::{Execute, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 const SEQUENTIAL: usize = 10_000;
@@ -24,14 +21,14 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let (daemon, path) = serve();
+    let (daemon, path) = common::serve("loss");
     let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 2,
         isolation: Isolation::Process(command),
         ..Default::default()
     });
-    let remote = rt.block_on(connect(&path));
+    let remote = rt.block_on(common::connect(&path));
     let transports: [(&str, &dyn Execute); 2] = [("process isolation", &isolated), ("daemon", &remote)];
     let mut lost_any = false;
     println!(
@@ -94,35 +91,4 @@ fn forty_calls() -> Request {
 
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-async fn connect(path: &std::path::Path) -> RemoteExecutor {
-    for _ in 0..250 {
-        if let Ok(remote) = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await {
-            return remote;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("the daemon did not start within 5 s")
-}
-
-/// `codemode serve` in a process of its own, as an operator runs it.
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve() -> (Served, PathBuf) {
-    let path = std::env::temp_dir().join(format!("codemode-bench-loss-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let child = Command::new(common::codemode_binary())
-        .args(["serve", "--listen", &format!("unix:{}", path.display())])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("codemode serve");
-    (Served(child), path)
 }

@@ -15,11 +15,10 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Executor, ExecutorConfig, Isolation, RemoteExecutor, WorkerCommand};
+use codemode_executor::{Executor, ExecutorConfig, Isolation, WorkerCommand};
 
 const CALLS: usize = 200;
 const SAMPLES: usize = 25;
@@ -92,16 +91,8 @@ fn main() {
 
 /// One call over `codemode serve` on a Unix socket.
 fn over_daemon(rt: &tokio::runtime::Runtime) -> Duration {
-    let (daemon, path) = serve();
-    let remote = rt.block_on(async {
-        for _ in 0..100 {
-            if let Ok(remote) = RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await {
-                return remote;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the daemon did not start")
-    });
+    let (daemon, path) = common::serve("daemon");
+    let remote = rt.block_on(common::connect(&path));
     let over_socket = per_call(|n| {
         let started = Instant::now();
         rt.block_on(remote.execute(common::calls(n)));
@@ -241,25 +232,4 @@ fn socket_ping_pong(n: usize, relay: bool) -> Duration {
     let _ = child.wait();
     let _ = std::fs::remove_file(&path);
     elapsed
-}
-
-/// `codemode serve` in a process of its own, as an operator runs it.
-struct Served(Child);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve() -> (Served, PathBuf) {
-    let path = std::env::temp_dir().join(format!("codemode-bench-daemon-{}.sock", std::process::id()));
-    let _ = std::fs::remove_file(&path);
-    let child = Command::new(common::codemode_binary())
-        .args(["serve", "--listen", &format!("unix:{}", path.display())])
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("codemode serve");
-    (Served(child), path)
 }

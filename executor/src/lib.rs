@@ -58,8 +58,7 @@ pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
 pub use request::Request;
 pub use serve_config::{
-    ConnectionsSection, DRAIN_MARGIN, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
-    ServeConfig,
+    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
 };
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 

@@ -211,7 +211,7 @@ impl Request {
         self
     }
 
-    fn limits_over(&self, defaults: &Limits) -> Limits {
+    pub(crate) fn limits_over(&self, defaults: &Limits) -> Limits {
         Limits {
             timeout: self.timeout.unwrap_or(defaults.timeout),
             memory_limit_bytes: self.memory_limit_bytes.unwrap_or(defaults.memory_limit_bytes),

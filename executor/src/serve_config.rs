@@ -41,10 +41,6 @@ use serde::Deserialize;
 use crate::config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
 use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
 
-/// What the default drain timeout adds to the ceiling on `timeout_ms`: time for the last
-/// outcomes to be sent.
-pub const DRAIN_MARGIN: Duration = Duration::from_secs(5);
-
 /// A daemon's configuration as an operator writes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -291,8 +287,9 @@ impl ServeConfig {
     }
 
     /// How long a drain waits for admitted executions: `drain_timeout_ms`, or else the
-    /// ceiling on `timeout_ms` plus [`DRAIN_MARGIN`], so that every run a request may ask
-    /// for can finish and its outcome be sent.
+    /// ceiling on `timeout_ms` plus the send timeout (`send_timeout_ms`), so that every run
+    /// a request may ask for can finish and its outcome wait as long as any outcome may for
+    /// a client that reads slowly.
     pub fn drain_timeout(&self) -> Duration {
         match self.drain_timeout_ms {
             Some(ms) => Duration::from_millis(ms),
@@ -301,7 +298,7 @@ impl ServeConfig {
                     .ceilings
                     .timeout_ms
                     .map_or(Limits::default_ceilings().timeout, Duration::from_millis);
-                ceiling.saturating_add(DRAIN_MARGIN)
+                ceiling.saturating_add(self.daemon_limits().send_timeout)
             }
         }
     }

@@ -271,3 +271,62 @@ async fn a_dns_name_gives_the_fleet_and_unreachable_addresses_are_passed_over() 
     .unwrap();
     assert!(missing.starts_with("cannot resolve no-such-host.invalid: "), "{missing}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_sending_calls_without_end_is_held_to_the_calls_in_flight() {
+    // A hostile daemon sends 100 calls for one execution at once and never waits.
+    let answers = Arc::new(Mutex::new(Vec::new()));
+    let heard = answers.clone();
+    let flood = fake(move |mut lines, mut write| {
+        let heard = heard.clone();
+        async move {
+            lines.next_line().await.ok();
+            write_line(&mut write, HELLO_2).await;
+            let Ok(Some(execute)) = lines.next_line().await else { return };
+            let execute: serde_json::Value = serde_json::from_str(&execute).unwrap();
+            let id = execute["execution"].clone();
+            for call in 1..=100 {
+                let line = format!(
+                    r#"{{"type":"call","execution":{id},"call":{call},"provider":"store","tool":"find","argsJson":"[{call}]"}}"#
+                );
+                write_line(&mut write, &line).await;
+            }
+            for _ in 0..96 {
+                let Ok(Some(answer)) = lines.next_line().await else { return };
+                heard.lock().unwrap().push(answer);
+            }
+            write_line(
+                &mut write,
+                &format!(r#"{{"type":"outcome","execution":{id},"outcome":{{"result":"done","logs":[]}}}}"#),
+            )
+            .await;
+            lines.next_line().await.ok();
+        }
+    });
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![flood]), fleet_options()).await.unwrap();
+    let dispatched = Arc::new(AtomicUsize::new(0));
+    let counted = dispatched.clone();
+    let request = Request::new("async () => 1").provider(store()).max_calls_in_flight(4).dispatch(
+        move |_: ToolCall| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            // Never answers while the flood is refused.
+            std::future::pending::<String>()
+        },
+    );
+    let outcome = tokio::time::timeout(Duration::from_secs(10), remote.execute(request)).await.unwrap();
+    assert_eq!(answers.lock().unwrap().len(), 96, "{:?}", answers.lock().unwrap().last());
+    assert_eq!(outcome.to_json_string(), r#"{"result":"done","logs":[]}"#);
+    assert_eq!(dispatched.load(Ordering::SeqCst), 4, "only the calls the bound admits reach the dispatch");
+    let answers = answers.lock().unwrap();
+    assert_eq!(answers.len(), 96);
+    let refused =
+        r#"{"error":"Too many tool calls in flight: the limit is 4. Await some before starting more."}"#;
+    for (n, answer) in (5..=100).zip(answers.iter()) {
+        let answer: serde_json::Value = serde_json::from_str(answer).unwrap();
+        assert_eq!(
+            (&answer["type"], &answer["call"], &answer["answer"]),
+            (&"answer".into(), &n.into(), &refused.into())
+        );
+    }
+}

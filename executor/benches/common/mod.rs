@@ -27,64 +27,43 @@ pub(crate) fn echo_bytes() -> Request {
     })
 }
 
-/// Whether cargo set `name` for this process (not the user): a nested cargo seeing it
-/// reruns build scripts that watch it (ring's), and the user's next build reruns them back.
-pub(crate) fn set_by_cargo(name: &str) -> bool {
-    ["CARGO_PKG_", "CARGO_BIN_EXE_"].iter().any(|prefix| name.starts_with(prefix))
-        || [
-            "CARGO",
-            "CARGO_MANIFEST_DIR",
-            "CARGO_MANIFEST_PATH",
-            "CARGO_MANIFEST_LINKS",
-            "CARGO_CRATE_NAME",
-            "CARGO_BIN_NAME",
-            "CARGO_PRIMARY_PACKAGE",
-            "CARGO_TARGET_TMPDIR",
-            "CARGO_RUSTC_CURRENT_DIR",
-            "OUT_DIR",
-        ]
-        .contains(&name)
+/// The `codemode` binary (package `codemode-cli`) in this bench's profile: process
+/// isolation and the daemon need one.
+pub(crate) fn codemode_binary() -> std::path::PathBuf {
+    codemode_devtools::codemode_binary(&[]).expect("the codemode binary builds")
 }
 
-/// The `codemode` binary (package `codemode-cli`) in this bench's profile, built here once:
-/// a bench cannot name another package's binary, and process isolation and the daemon need one.
-pub(crate) fn codemode_binary() -> std::path::PathBuf {
-    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("the bench's path");
-            let release =
-                exe.ancestors().nth(2).and_then(std::path::Path::file_name).is_some_and(|n| n == "release");
-            let mut cargo = std::process::Command::new(env!("CARGO"));
-            for (name, _) in std::env::vars_os() {
-                if name.to_str().is_some_and(set_by_cargo) {
-                    cargo.env_remove(name);
-                }
-            }
-            cargo.args([
-                "build",
-                "--quiet",
-                "-p",
-                "codemode-cli",
-                "--bin",
-                "codemode",
-                "--message-format=json",
-            ]);
-            if release {
-                cargo.arg("--release");
-            }
-            let output = cargo.output().expect("cargo runs");
-            assert!(
-                output.status.success(),
-                "building codemode failed:\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-            String::from_utf8_lossy(&output.stdout)
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|message| message["target"]["name"] == "codemode")
-                .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
-                .expect("cargo built the codemode executable")
-        })
-        .clone()
+/// `codemode serve` in a process of its own, as an operator runs it; killed when dropped.
+pub(crate) struct Served(std::process::Child);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A daemon listening on a Unix socket named for `bench`, and the socket's path.
+pub(crate) fn serve(bench: &str) -> (Served, std::path::PathBuf) {
+    let path = std::env::temp_dir().join(format!("codemode-bench-{bench}-{}.sock", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let child = std::process::Command::new(codemode_binary())
+        .args(["serve", "--listen", &format!("unix:{}", path.display())])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("codemode serve");
+    (Served(child), path)
+}
+
+/// A client of the daemon at `path`, once it listens (within 5 s).
+pub(crate) async fn connect(path: &std::path::Path) -> codemode_executor::RemoteExecutor {
+    for _ in 0..250 {
+        if let Ok(remote) =
+            codemode_executor::RemoteExecutor::connect(&format!("unix:{}", path.display()), None).await
+        {
+            return remote;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the daemon did not start within 5 s")
 }

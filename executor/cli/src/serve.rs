@@ -67,7 +67,7 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "HOST:PORT")]
     admin: Option<String>,
     /// On SIGTERM or SIGINT, how long admitted executions may still run before they end
-    /// [default: the ceiling on timeout_ms plus 5000].
+    /// [default: the ceiling on timeout_ms plus the send timeout].
     #[arg(long, value_name = "MS")]
     drain_timeout_ms: Option<u64>,
     /// Log lines on stderr: text (default) or json.

@@ -4,6 +4,7 @@
 //! the engine's thread and on a new thread, where the same probe unconfined differs.
 #![cfg(target_os = "linux")]
 
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeSet;

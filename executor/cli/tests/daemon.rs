@@ -1,5 +1,6 @@
 //! The daemon arrangement: a daemon on a Unix socket or TCP (token, TLS), a remote client
 //! with the same execute API, and the faults each a test.
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::path::{Path, PathBuf};

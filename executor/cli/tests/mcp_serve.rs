@@ -4,7 +4,7 @@
 //! node peers installed by `support/npm.rs` when missing), and the client's answers are
 //! compared whole.
 
-#[path = "support/npm.rs"]
+#[path = "../../tests/support/npm.rs"]
 mod npm;
 
 use std::io::{BufRead, BufReader};

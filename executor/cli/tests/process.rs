@@ -1,4 +1,5 @@
 //! Process isolation: each execution in a `codemode stdio` worker process, killed on overrun.
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

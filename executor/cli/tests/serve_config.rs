@@ -87,11 +87,17 @@ fn the_admin_port_and_the_drain_timeout_come_from_the_file_or_the_flags() {
         (config.admin.as_deref(), config.drain_timeout()),
         (Some("0.0.0.0:9090"), Duration::from_millis(300))
     );
-    // Unset: the ceiling on timeout_ms plus the margin, so every run allowed can finish.
+    // Unset: the ceiling on timeout_ms plus the send timeout, so every run allowed can
+    // finish and its outcome wait for a slow reader as long as any outcome may.
     assert_eq!(ServeConfig::default().admin, None);
-    assert_eq!(codemode_executor::DRAIN_MARGIN, Duration::from_secs(5));
-    assert_eq!(ServeConfig::default().drain_timeout(), Duration::from_secs(900 + 5));
-    assert_eq!(from_toml("[ceilings]\ntimeout_ms = 5000").unwrap().drain_timeout(), Duration::from_secs(10));
+    assert_eq!(ServeConfig::default().drain_timeout(), Duration::from_secs(900 + 10));
+    assert_eq!(from_toml("[ceilings]\ntimeout_ms = 5000").unwrap().drain_timeout(), Duration::from_secs(15));
+    assert_eq!(
+        from_toml("[ceilings]\ntimeout_ms = 5000\n[connections]\nsend_timeout_ms = 2000")
+            .unwrap()
+            .drain_timeout(),
+        Duration::from_secs(7)
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! What holds on every transport (in-process, process isolation, a daemon): calls reach
 //! the host in program order, and no execution is lost.
+#[path = "../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::{Arc, Mutex};

@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::daemon::Address;
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::tls::Connector;
+use crate::wire::admit::Admission;
 use crate::wire::{
     FrameError, FrameHead, FrameReader, FrameWriter, QuietStream, encode_frame, too_large_outcome,
     write_message,
@@ -56,6 +57,8 @@ pub(super) struct Pending {
     /// Set before any of its calls or fetches reaches the host: from then on the run
     /// has had effects outside the daemon and must never run again elsewhere.
     pub(super) dispatched: Arc<AtomicBool>,
+    /// The bounds its calls and fetches are held to: the daemon is a peer like any other.
+    pub(super) admission: Admission,
 }
 
 /// Frames for the daemon, each checked against the bound before it is sent: written by
@@ -358,27 +361,47 @@ where
             ServerMessage::Call { execution, call, tool_call } => {
                 let dispatch = connection.pending().get(&execution).and_then(|p| {
                     p.dispatched.store(true, Ordering::Release);
-                    p.dispatch.clone()
+                    Some((p.dispatch.clone()?, p.admission.call(&tool_call)))
                 });
-                let Some(dispatch) = dispatch else { continue };
+                let Some((dispatch, admitted)) = dispatch else { continue };
                 let out = connection.out.clone();
+                let in_flight = match admitted {
+                    Ok(in_flight) => in_flight,
+                    Err(refusal) => {
+                        out.answer(execution, call, error_envelope(&refusal));
+                        continue;
+                    }
+                };
                 answer_in_order(
                     Box::pin(async move { dispatch.dispatch(tool_call).await }),
                     dispatch_panicked,
-                    move |answer| out.answer(execution, call, answer),
+                    move |answer| {
+                        drop(in_flight);
+                        out.answer(execution, call, answer);
+                    },
                 );
             }
             ServerMessage::Fetch { execution, call, request } => {
                 let outbound = connection.pending().get(&execution).and_then(|p| {
                     p.dispatched.store(true, Ordering::Release);
-                    p.outbound.clone()
+                    Some((p.outbound.clone()?, p.admission.fetch()))
                 });
-                let Some(outbound) = outbound else { continue };
+                let Some((outbound, admitted)) = outbound else { continue };
                 let out = connection.out.clone();
+                let in_flight = match admitted {
+                    Ok(in_flight) => in_flight,
+                    Err(refusal) => {
+                        out.fetch_answer(execution, call, crate::outbound::to_fetch_answer(Err(refusal)));
+                        continue;
+                    }
+                };
                 answer_in_order(
                     Box::pin(async move { outbound.fetch(request.into()).await }),
                     fetch_panicked,
-                    move |answer| out.fetch_answer(execution, call, crate::outbound::to_fetch_answer(answer)),
+                    move |answer| {
+                        drop(in_flight);
+                        out.fetch_answer(execution, call, crate::outbound::to_fetch_answer(answer));
+                    },
                 );
             }
             ServerMessage::Outcome { execution, outcome } => {

@@ -35,9 +35,11 @@ use tokio::sync::oneshot;
 pub(crate) use connection::ReleaseOnDrop;
 use connection::{CancelOnDrop, Connection, Ended, Pending, Target, lock};
 
+use crate::config::Limits;
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::request::Request;
 use crate::tls::Connector;
+use crate::wire::admit::Admission;
 use crate::wire::encode_frame;
 
 /// How long past a run's own timeout the client waits before it gives the run up.
@@ -385,6 +387,7 @@ impl RemoteExecutor {
                 outbound: request.outbound.clone(),
                 done,
                 dispatched: dispatched.clone(),
+                admission: admission(&request),
             };
             connection.pending().insert(execution, pending);
             let guard = CancelOnDrop { connection: connection.clone(), execution };
@@ -466,6 +469,14 @@ async fn resolve_again(fleet: Weak<Fleet>, name: String, port: u16, every: Durat
 }
 
 /// The outcome of an execute whose connection to the daemon is gone.
+/// The bounds a daemon's calls for `request` are held to: what the request set, or else
+/// the most any daemon allows by default (the daemon's own defaults are not known here),
+/// so that a daemon sending calls without end cannot grow the host without end.
+fn admission(request: &Request) -> Admission {
+    let limits = request.limits_over(&Limits::default_ceilings());
+    Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight)
+}
+
 fn connection_lost() -> Outcome {
     Outcome::failure(OutcomeKind::Internal, texts::DAEMON_CONNECTION_LOST, Vec::new())
 }

@@ -8,6 +8,7 @@
 //! newline, and a side neither writes ([`encode_frame`]) nor reads ([`FrameReader`]) one
 //! longer than its bound.
 
+pub(crate) mod admit;
 pub(crate) mod process;
 pub mod server;
 pub mod worker;

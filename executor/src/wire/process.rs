@@ -34,6 +34,7 @@ use tokio::io::{AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 use tokio::sync::mpsc;
 
+use super::admit::Admission;
 use super::{FrameWriter, encode_frame, read_message, write_message};
 use crate::config::Limits;
 use crate::confine::{self, Confinement};
@@ -84,30 +85,7 @@ type Serving = Arc<Mutex<Option<(u64, Handlers)>>>;
 struct Handlers {
     dispatch: Option<Arc<dyn Dispatch>>,
     outbound: Option<Arc<dyn Outbound>>,
-    /// The request's bound on provider + tool + argsJson.
-    max_payload_bytes: usize,
-    /// The request's bound on calls awaiting an answer.
-    max_calls_in_flight: usize,
-    /// Calls and fetches of this run awaiting an answer now.
-    in_flight: Arc<AtomicUsize>,
-}
-
-impl Handlers {
-    /// The refusal of a call the worker should never have sent (past a bound its own
-    /// runtime enforces), or `None` and the call counted in flight.
-    fn admit(&self, payload: Option<usize>) -> Option<String> {
-        if let Some(size) = payload
-            && size > self.max_payload_bytes
-        {
-            let (size, limit) = (size.to_string(), self.max_payload_bytes.to_string());
-            return Some(texts::PAYLOAD_TOO_LARGE.fill(&[&size, &limit]));
-        }
-        if self.in_flight.fetch_add(1, Ordering::SeqCst) >= self.max_calls_in_flight {
-            self.in_flight.fetch_sub(1, Ordering::SeqCst);
-            return Some(texts::TOO_MANY_CALLS_IN_FLIGHT.fill(&[&self.max_calls_in_flight.to_string()]));
-        }
-        None
-    }
+    admission: Admission,
 }
 
 /// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
@@ -132,18 +110,19 @@ fn read_frames(
                     let handlers = handlers(&serving, execution);
                     let Some(dispatch) = handlers.dispatch.clone() else { continue };
                     let answer = answer.clone();
-                    let size = tool_call.provider.len() + tool_call.tool.len() + tool_call.args_json.len();
-                    if let Some(refusal) = handlers.admit(Some(size)) {
-                        let text = codemode_protocol::error_envelope(&refusal);
-                        answer(ClientMessage::Answer { execution, call, answer: text });
-                        continue;
-                    }
-                    let in_flight = handlers.in_flight.clone();
+                    let in_flight = match handlers.admission.call(&tool_call) {
+                        Ok(in_flight) => in_flight,
+                        Err(refusal) => {
+                            let text = codemode_protocol::error_envelope(&refusal);
+                            answer(ClientMessage::Answer { execution, call, answer: text });
+                            continue;
+                        }
+                    };
                     answer_in_order(
                         Box::pin(async move { dispatch.dispatch(tool_call).await }),
                         dispatch_panicked,
                         move |text| {
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            drop(in_flight);
                             answer(ClientMessage::Answer { execution, call, answer: text });
                         },
                     );
@@ -152,22 +131,26 @@ fn read_frames(
                 Ok(Some(ServerMessage::Fetch { execution, call, request })) => {
                     let handlers = handlers(&serving, execution);
                     let answer = answer.clone();
-                    let refusal = match &handlers.outbound {
-                        None => Some(texts::NETWORK_CLOSED.to_owned()),
-                        Some(_) => handlers.admit(None),
+                    let admitted = match &handlers.outbound {
+                        None => Err(texts::NETWORK_CLOSED.to_owned()),
+                        Some(_) => handlers.admission.fetch(),
                     };
-                    if let (Some(refusal), true) = (refusal, serving_now(&serving, execution)) {
-                        let response = crate::outbound::to_fetch_answer(Err(refusal));
-                        answer(ClientMessage::FetchAnswer { execution, call, answer: response });
-                        continue;
-                    }
+                    let in_flight = match admitted {
+                        Ok(in_flight) => in_flight,
+                        Err(refusal) => {
+                            if serving_now(&serving, execution) {
+                                let response = crate::outbound::to_fetch_answer(Err(refusal));
+                                answer(ClientMessage::FetchAnswer { execution, call, answer: response });
+                            }
+                            continue;
+                        }
+                    };
                     let Some(outbound) = handlers.outbound.clone() else { continue };
-                    let in_flight = handlers.in_flight.clone();
                     answer_in_order(
                         Box::pin(async move { outbound.fetch(request.into()).await }),
                         fetch_panicked,
                         move |response| {
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            drop(in_flight);
                             let response = crate::outbound::to_fetch_answer(response);
                             answer(ClientMessage::FetchAnswer { execution, call, answer: response });
                         },
@@ -460,9 +443,7 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
     let handlers = Handlers {
         dispatch: request.dispatch.clone(),
         outbound: request.outbound.clone(),
-        max_payload_bytes: limits.max_payload_bytes,
-        max_calls_in_flight: limits.max_calls_in_flight,
-        in_flight: Arc::default(),
+        admission: Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight),
     };
     *worker.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some((execution, handlers));
     let _served = Served(&worker.serving);

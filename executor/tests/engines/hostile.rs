@@ -32,35 +32,9 @@ fn fresh() -> Executor {
     Executor::new(config)
 }
 
-/// The `codemode` binary (package `codemode-cli`) in this test's profile, built once by a
-/// nested cargo: a test cannot name another package's binary.
+/// The `codemode` binary (package `codemode-cli`) in this test's profile.
 fn codemode_binary() -> std::path::PathBuf {
-    static BINARY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BINARY
-        .get_or_init(|| {
-            let mut cargo = std::process::Command::new(env!("CARGO"));
-            cargo.args([
-                "build",
-                "--quiet",
-                "-p",
-                "codemode-cli",
-                "--bin",
-                "codemode",
-                "--message-format=json",
-            ]);
-            if cfg!(feature = "v8") {
-                cargo.args(["--features", "codemode-cli/v8"]);
-            }
-            let output = cargo.output().expect("cargo runs");
-            assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-            String::from_utf8_lossy(&output.stdout)
-                .lines()
-                .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-                .filter(|message| message["target"]["name"] == "codemode")
-                .find_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
-                .expect("cargo built the codemode binary")
-        })
-        .clone()
+    codemode_devtools::codemode_binary(if cfg!(feature = "v8") { &["v8"] } else { &[] }).unwrap()
 }
 
 /// Every hostile case again, each in a confined worker: same outcomes, and no worker is

@@ -1,4 +1,5 @@
-//! Helpers shared by the executor's tests: a recording dispatch and outcome shorthands.
+//! Helpers shared by the executor's tests and the CLI's (which include this file by path):
+//! a recording dispatch and outcome shorthands.
 
 #![allow(dead_code, unreachable_pub)]
 

@@ -1,5 +1,6 @@
-//! The MCP tests' npm peers (`executor/tests/mcp`): installed with `npm ci` when missing,
-//! once per test binary and safely beside other binaries doing the same.
+//! The MCP tests' npm peers (`executor/tests/mcp`, for the executor's and the CLI's MCP
+//! tests): installed with `npm ci` when missing, once per test binary and safely beside
+//! other binaries doing the same.
 
 #![allow(dead_code, unreachable_pub)]
 
@@ -13,7 +14,10 @@ const INSTALL_NODE: &str = "the MCP tests run real MCP servers on Node.js: insta
 
 /// The directory holding the peers' package.json and package-lock.json.
 pub fn peers_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("mcp")
+    // This file is compiled into the executor's tests and into the CLI's (`executor/cli`).
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let executor = if manifest.ends_with("cli") { manifest.parent().unwrap_or(manifest) } else { manifest };
+    executor.join("tests").join("mcp")
 }
 
 /// Files whose presence means the install finished (npm writes `.package-lock.json` last).
