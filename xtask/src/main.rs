@@ -199,7 +199,17 @@ fn features() -> Result<(), String> {
 /// xtask/tests/downstream.rs builds a crate outside the workspace from the `.crate` files.
 fn package() -> Result<(), String> {
     // --allow-dirty: what is checked is the tree as it is (a fresh clone is clean anyway).
-    cargo(&["publish", "--workspace", "--exclude", "xtask", "--dry-run", "--no-verify", "--allow-dirty"])
+    cargo(&[
+        "publish",
+        "--workspace",
+        "--exclude",
+        "xtask",
+        "--exclude",
+        "codemode-devtools",
+        "--dry-run",
+        "--no-verify",
+        "--allow-dirty",
+    ])
 }
 
 /// The minimum Rust version every manifest declares (`rust-version`), checked with that

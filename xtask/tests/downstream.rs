@@ -144,7 +144,16 @@ fn a_crate_depending_on_the_packaged_executor_runs_and_stops_a_builtins_endless_
     // The .crate files, uncommitted changes included (a clean clone has none).
     let mut package = xtask::cargo_command(env!("CARGO"));
     package
-        .args(["package", "--workspace", "--exclude", "xtask", "--no-verify", "--allow-dirty"])
+        .args([
+            "package",
+            "--workspace",
+            "--exclude",
+            "xtask",
+            "--exclude",
+            "codemode-devtools",
+            "--no-verify",
+            "--allow-dirty",
+        ])
         .current_dir(&root)
         .env("CARGO_TARGET_DIR", &target);
     let (packaged, log) = run(package, &dir.join("package.log"), BUILD_LIMIT, "cargo package");
