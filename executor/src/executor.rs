@@ -14,6 +14,7 @@ use crate::host::{Deliver, Host};
 use crate::pool::Pool;
 use crate::request::Request;
 use crate::runtime::{Control, Event, Job, Message, Settlement};
+use crate::watch::{self, Logs};
 use crate::watchdog::Watchdog;
 use crate::wire::process::ProcessPool;
 
@@ -116,7 +117,11 @@ impl Executor {
                 Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
             };
             return match scope_source(&request.code, &request.providers) {
-                Ok(_) => processes.execute(request.with_limits(&limits), &limits).await,
+                Ok(_) => {
+                    let (request, delivery) = request.with_limits(&limits).watch_host_side();
+                    let run = processes.execute(request, &limits);
+                    watch::delivered(run, delivery, Logs::WithOutcome, |outcome| outcome).await
+                }
                 Err(refusal) => refusal_outcome(&refusal),
             };
         }
@@ -140,7 +145,8 @@ impl Executor {
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
         // The toolbox's execution ends with this run, however it ends (even dropped).
-        let (request, _end) = request.open();
+        let (mut request, _end) = request.open();
+        let (watcher, delivery) = request.watch();
         let started = Instant::now();
         let limits = match request.limits(&self.inner.config) {
             Ok(limits) => limits,
@@ -157,7 +163,7 @@ impl Executor {
         let (messages, inbox) = crossbeam_channel::unbounded();
         let control = Control::new();
         let done = Arc::new(AtomicBool::new(false));
-        let mut ticket = Ticket { messages: messages.clone(), armed: true, control: control.clone() };
+        let ticket = Ticket { messages: messages.clone(), armed: true, control: control.clone() };
         let deliver: Deliver = Arc::new(move |call, answer| {
             let _ = messages.send(Message::Answer { call, answer });
         });
@@ -203,41 +209,46 @@ impl Executor {
             control,
             watchdog: self.inner.watchdog.clone(),
             live: self.inner.pool.live(),
+            watch: watcher,
         };
         self.inner.pool.submit(job);
-        let mut logs = Vec::new();
-        loop {
-            let event = incoming.recv().await;
-            // From here on the deadline no longer applies (a retained engine keeps running).
-            if !matches!(event, Some(Event::Log(_))) {
-                done.store(true, Ordering::Release);
-            }
-            match event {
-                Some(Event::Log(line)) => logs.push(line),
-                Some(Event::Settled(settlement)) => {
-                    let outcome = match settlement {
-                        Settlement::Returned(value) => Outcome::result(value, logs),
-                        Settlement::Failed(kind, text) => Outcome::failure(kind, text, logs),
-                        Settlement::Threw(kind, text, location) => {
-                            Outcome::failure(kind, text, logs).with_location(location)
+        let settled = async move {
+            let mut ticket = ticket;
+            let mut logs = Vec::new();
+            loop {
+                let event = incoming.recv().await;
+                // From here on the deadline no longer applies (a retained engine keeps running).
+                if !matches!(event, Some(Event::Log(_))) {
+                    done.store(true, Ordering::Release);
+                }
+                match event {
+                    Some(Event::Log(line)) => logs.push(line),
+                    Some(Event::Settled(settlement)) => {
+                        let outcome = match settlement {
+                            Settlement::Returned(value) => Outcome::result(value, logs),
+                            Settlement::Failed(kind, text) => Outcome::failure(kind, text, logs),
+                            Settlement::Threw(kind, text, location) => {
+                                Outcome::failure(kind, text, logs).with_location(location)
+                            }
+                        };
+                        if retain {
+                            return (outcome, Some(Retained { _ticket: ticket, incoming }));
                         }
-                    };
-                    if retain {
-                        return (outcome, Some(Retained { _ticket: ticket, incoming }));
+                        // A run that settled disposed its engine before it reported; a timeout's
+                        // ticket stops and disposes an engine still inside a native call.
+                        if outcome.kind() != OutcomeKind::Timeout {
+                            ticket.armed = false;
+                        }
+                        return (outcome, None);
                     }
-                    // A run that settled disposed its engine before it reported; a timeout's
-                    // ticket stops and disposes an engine still inside a native call.
-                    if outcome.kind() != OutcomeKind::Timeout {
+                    None => {
                         ticket.armed = false;
+                        return (Outcome::failure(OutcomeKind::Internal, WORKER_GONE, logs), None);
                     }
-                    return (outcome, None);
-                }
-                None => {
-                    ticket.armed = false;
-                    return (Outcome::failure(OutcomeKind::Internal, WORKER_GONE, logs), None);
                 }
             }
-        }
+        };
+        watch::delivered(settled, delivery, Logs::Live, |(outcome, _)| outcome).await
     }
 }
 

@@ -46,6 +46,7 @@ mod runtime;
 mod serve_config;
 pub mod tls;
 pub mod toolbox;
+mod watch;
 mod watchdog;
 pub mod wire;
 
@@ -61,6 +62,9 @@ pub use serve_config::{
     ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
 };
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
+pub use watch::{
+    ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
+};
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.
 #[cfg(doctest)]

@@ -9,6 +9,7 @@ use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
 use crate::config::{ExecutorConfig, Limits};
 use crate::outbound::Outbound;
 use crate::toolbox::{CallContext, ExecutionEnd, Toolbox};
+use crate::watch::{self, Callback, Delivery, Event, Watcher};
 
 /// One execution: code, providers, the host's dispatch and network policy, and overrides.
 #[derive(Clone)]
@@ -24,6 +25,8 @@ pub struct Request {
     pub(crate) max_payload_bytes: Option<usize>,
     /// Overrides of the stack, result, log volume and calls in flight.
     pub(crate) local: LocalOverrides,
+    /// The host's watch on the run ([`Request::on_event`]).
+    pub(crate) on_event: Option<Callback>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -47,6 +50,7 @@ impl Request {
             memory_limit_bytes: None,
             max_payload_bytes: None,
             local: LocalOverrides::default(),
+            on_event: None,
         }
     }
 
@@ -79,6 +83,7 @@ impl Request {
                 max_log_bytes: bytes(wire.max_log_bytes),
                 max_calls_in_flight: bytes(wire.max_calls_in_flight),
             },
+            on_event: None,
         }
     }
 
@@ -120,6 +125,65 @@ impl Request {
         }
         self.dispatch = Some(Arc::new(dispatch));
         (self, Some(end))
+    }
+
+    /// Watch the run: `callback` hears each [`Event`] as it happens (a call started or
+    /// ended, a log line, what the run waits on), every one before `execute` returns.
+    ///
+    /// The engine never runs the callback and never waits for it: events go through a
+    /// bounded queue ([`crate::EVENT_QUEUE`]), and the callback runs in the task that
+    /// awaits `execute`. Keep it quick (it holds that task, not the engine); events it
+    /// is too slow for are counted as [`Event::Dropped`]. A callback that panics is not
+    /// called again; the run and its outcome are unaffected. A second `on_event` replaces
+    /// the first.
+    ///
+    /// A callback rather than a channel: the events are over when `execute` returns, so
+    /// a host needs no task of its own to read them and cannot forget to. With
+    /// [`crate::RemoteExecutor`] and process isolation, calls are reported as they reach
+    /// this host and log lines only when the outcome arrives; `Waiting` is not reported.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use codemode_executor::{Event, Executor, Request};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let lines = seen.clone();
+    /// let request = Request::new("async () => { console.log('hi'); return 1 }").on_event(move |event| {
+    ///     if let Event::Log { line, .. } = event {
+    ///         lines.lock().unwrap().push(line.clone());
+    ///     }
+    /// });
+    /// Executor::default().execute(request).await;
+    /// assert_eq!(*seen.lock().unwrap(), ["hi"]);
+    /// # });
+    /// ```
+    pub fn on_event(mut self, callback: impl Fn(&Event) + Send + Sync + 'static) -> Request {
+        self.on_event = Some(std::sync::Arc::new(callback));
+        self
+    }
+
+    /// The watcher the run reports through and the delivery to the host's callback,
+    /// when the request is watched.
+    pub(crate) fn watch(&mut self) -> (Option<Watcher>, Option<Delivery>) {
+        match self.on_event.take() {
+            Some(callback) => {
+                let (watcher, delivery) = watch::channel(callback);
+                (Some(watcher), Some(delivery))
+            }
+            None => (None, None),
+        }
+    }
+
+    /// [`Request::watch`] for a run across a wire: calls are watched as they reach this
+    /// host (the request's dispatch and outbound handler report them).
+    pub(crate) fn watch_host_side(mut self) -> (Request, Option<Delivery>) {
+        let (watcher, delivery) = self.watch();
+        if let Some(watcher) = watcher {
+            (self.dispatch, self.outbound) =
+                watch::watch_host_side(self.dispatch.take(), self.outbound.take(), &watcher);
+        }
+        (self, delivery)
     }
 
     /// The host's `fetch` handler; without one `fetch` rejects and the network stays closed.

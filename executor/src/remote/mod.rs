@@ -39,6 +39,7 @@ use crate::config::Limits;
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::request::Request;
 use crate::tls::Connector;
+use crate::watch::{self, Logs};
 use crate::wire::admit::Admission;
 use crate::wire::encode_frame;
 
@@ -348,6 +349,13 @@ impl RemoteExecutor {
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Connection>, u64)>) {
         // The toolbox's execution ends with this run, however it ends (even dropped).
         let (request, _end) = request.open();
+        // Calls are watched as they reach this host; the logs come with the outcome.
+        let (request, delivery) = request.watch_host_side();
+        let run = self.run_watched(request, retain);
+        watch::delivered(run, delivery, Logs::WithOutcome, |(outcome, _)| outcome).await
+    }
+
+    async fn run_watched(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Connection>, u64)>) {
         let mut wire = request.to_wire();
         wire.retain_handles = retain;
         let max = self.fleet.options.max_frame_bytes;

@@ -18,6 +18,10 @@ use super::State;
 use crate::engine::{BuiltinScript, HostValue, Op};
 use crate::host::{CallAnswer, Host};
 use crate::outbound::OutboundRequest;
+use crate::watch::{
+    ARGUMENTS_PREVIEW_BYTES as ARGUMENTS_BOUND, ConsoleLevel, FETCH_PROVIDER, StartedCall,
+    TEXT_PREVIEW_BYTES, answer_error, fetch_arguments, preview,
+};
 
 /// What the host budget is charged for a call in flight beyond its payload, and for a timer.
 const CALL_HOST_COST: usize = 128;
@@ -27,8 +31,17 @@ const TIMER_HOST_COST: usize = 96;
 #[derive(Default)]
 pub(super) struct Calls {
     next: u64,
-    open: HashMap<u64, usize>,
+    open: HashMap<u64, Open>,
 }
+
+struct Open {
+    cost: usize,
+    /// What its end event repeats, when the run is watched.
+    watched: Option<StartedCall>,
+}
+
+/// What a call is, for its events: provider, tool, arguments.
+struct Named<'a>(&'a str, &'a str, &'a str);
 
 impl Calls {
     pub(super) fn len(&self) -> usize {
@@ -54,24 +67,53 @@ impl State {
     }
 
     /// Open a call holding `payload` bytes; `None` when the budget has no room for it.
-    fn open_call(&mut self, payload: usize) -> Option<u64> {
+    fn open_call(&mut self, payload: usize, named: &Named<'_>) -> Option<u64> {
         let cost = payload + CALL_HOST_COST;
         if !self.budget.charge(cost) {
             return None;
         }
         self.calls.next += 1;
-        self.calls.open.insert(self.calls.next, cost);
-        Some(self.calls.next)
+        let id = self.calls.next;
+        let watched = self.watch.as_ref().map(|watcher| {
+            watcher.call_started(id, named.0, named.1, named.2);
+            StartedCall::new(id, named.0, named.1)
+        });
+        self.calls.open.insert(id, Open { cost, watched });
+        Some(id)
     }
 
-    /// Close a call; `false` when it was not open (already answered, or never was).
-    pub(super) fn finish_call(&mut self, id: u64) -> bool {
+    /// A call that never left, reported (when watched) as started and ended with `error`.
+    fn refused_call(&mut self, named: &Named<'_>, error: &str) {
+        let Some(watcher) = &self.watch else { return };
+        self.calls.next += 1;
+        let started = StartedCall::new(self.calls.next, named.0, named.1);
+        watcher.call_started(started.call, named.0, named.1, named.2);
+        watcher.call_ended(&started, Some(preview(error, TEXT_PREVIEW_BYTES)));
+    }
+
+    /// Close a call with its answer; `false` when it was not open (already answered, or never was).
+    pub(super) fn finish_call(&mut self, id: u64, answer: &CallAnswer) -> bool {
         match self.calls.open.remove(&id) {
-            Some(cost) => {
-                self.budget.refund(cost);
+            Some(open) => {
+                self.budget.refund(open.cost);
+                if let (Some(watcher), Some(started)) = (&self.watch, &open.watched) {
+                    let error = match answer {
+                        CallAnswer::Tool(text) => answer_error(text),
+                        CallAnswer::Fetch(Ok(_)) => None,
+                        CallAnswer::Fetch(Err(text)) => Some(preview(text, TEXT_PREVIEW_BYTES)),
+                    };
+                    watcher.call_ended(started, error);
+                }
                 true
             }
             None => false,
+        }
+    }
+
+    /// Tell the watcher what the run waits on.
+    pub(super) fn watch_waiting(&self) {
+        if let Some(watcher) = &self.watch {
+            watcher.waiting(self.calls.len(), self.timers.len());
         }
     }
 
@@ -139,19 +181,25 @@ fn fetch_answer(answer: Result<crate::outbound::OutboundResponse, String>) -> Ho
 fn leave(
     shared: &Rc<RefCell<State>>,
     payload: usize,
+    named: Named<'_>,
     start: impl FnOnce(&Host, u64) -> Option<CallAnswer>,
     ready: impl FnOnce(CallAnswer) -> HostValue,
 ) -> Result<HostValue, String> {
     let mut state = shared.borrow_mut();
     if let Some(text) = state.refusal(payload) {
+        state.refused_call(&named, &text);
         return Ok(refused(text));
     }
-    let Some(id) = state.open_call(payload) else { return Ok(refused(state.memory_text())) };
+    let Some(id) = state.open_call(payload, &named) else {
+        let text = state.memory_text();
+        state.refused_call(&named, &text);
+        return Ok(refused(text));
+    };
     let host = state.host.clone();
     drop(state);
     match start(&host, id) {
         Some(answer) => {
-            shared.borrow_mut().finish_call(id);
+            shared.borrow_mut().finish_call(id, &answer);
             Ok(ready(answer))
         }
         None => Ok(HostValue::Number(id as f64)),
@@ -170,11 +218,25 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
             );
             let payload = call.provider.len() + call.tool.len() + call.args_json.len();
             if shared.borrow().host.dispatch.is_none() && shared.borrow().refusal(payload).is_none() {
-                return Ok(HostValue::String(error_envelope(&ToolNotFoundError::new(call.tool).to_string())));
+                let text = ToolNotFoundError::new(call.tool.clone()).to_string();
+                shared.borrow_mut().refused_call(&Named(&call.provider, &call.tool, &call.args_json), &text);
+                return Ok(HostValue::String(error_envelope(&text)));
             }
+            // The names are copied for the events only when the run is watched.
+            let watched = shared.borrow().watch.is_some();
+            let (provider, tool, arguments) = if watched {
+                (
+                    preview(&call.provider, TEXT_PREVIEW_BYTES),
+                    preview(&call.tool, TEXT_PREVIEW_BYTES),
+                    preview(&call.args_json, ARGUMENTS_BOUND),
+                )
+            } else {
+                Default::default()
+            };
             leave(
                 &shared,
                 payload,
+                Named(&provider, &tool, &arguments),
                 |host, id| host.tool_call(id, call),
                 |answer| match answer {
                     CallAnswer::Tool(text) => HostValue::String(text),
@@ -187,14 +249,18 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
     // which is at most its bytes, without copying it out of the engine.
     let refuse_large: Op = {
         let shared = state.clone();
-        Rc::new(move |args| {
+        Rc::new(move |mut args| {
             let units = number(&args, 0);
             let units = if units.is_finite() && units > 0.0 { units as usize } else { 0 };
-            let state = shared.borrow();
-            Ok(HostValue::String(state.refusal(units).unwrap_or_else(|| {
+            let mut state = shared.borrow_mut();
+            let text = state.refusal(units).unwrap_or_else(|| {
                 let limit = state.limits.max_payload_bytes;
                 texts::PAYLOAD_TOO_LARGE.fill(&[&units.to_string(), &limit.to_string()])
-            })))
+            });
+            let (provider, tool, arguments) =
+                (take_string(&mut args, 1), take_string(&mut args, 2), take_string(&mut args, 3));
+            state.refused_call(&Named(&provider, &tool, &arguments), &text);
+            Ok(HostValue::String(text))
         })
     };
     let fetch: Op = {
@@ -208,12 +274,21 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 body: take_bytes(&mut args, 3),
             };
             let payload = request.url.len() + request.body.len();
+            let watched = shared.borrow().watch.is_some();
+            let (method, arguments) = if watched {
+                (request.method.clone(), fetch_arguments(&request.url))
+            } else {
+                Default::default()
+            };
+            let named = Named(FETCH_PROVIDER, &method, &arguments);
             if shared.borrow().host.outbound.is_none() && shared.borrow().refusal(payload).is_none() {
+                shared.borrow_mut().refused_call(&named, texts::NETWORK_CLOSED);
                 return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
             }
             leave(
                 &shared,
                 payload,
+                named,
                 |host, id| host.fetch(id, request),
                 |answer| match answer {
                     CallAnswer::Fetch(answer) => fetch_answer(answer),
@@ -255,7 +330,8 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 Some(HostValue::String(line)) => Some(std::mem::take(line)),
                 _ => None,
             };
-            Ok(HostValue::Bool(shared.borrow_mut().log(line)))
+            let level = ConsoleLevel::from_number(number(&args, 2));
+            Ok(HostValue::Bool(shared.borrow_mut().log(line, level)))
         })
     };
     let utf8_encode: Op = Rc::new(|mut args| Ok(HostValue::Bytes(take_string(&mut args, 0).into_bytes())));

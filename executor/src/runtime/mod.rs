@@ -27,6 +27,7 @@ use crate::budget::Budget;
 use crate::config::Limits;
 use crate::engine::{Arg, Engine, EngineSetup, HostValue, PROGRAM_SCRIPT, PromiseState, Stopper, Thrown};
 use crate::host::{CallAnswer, Host};
+use crate::watch::{ConsoleLevel, Event as Watched, Watcher};
 use crate::watchdog::Watchdog;
 use calls::Calls;
 use timers::Timers;
@@ -56,6 +57,8 @@ pub(crate) struct Job {
     pub(crate) watchdog: Watchdog,
     /// Counts the execution as live until its engine is gone.
     pub(crate) live: Live,
+    /// Where the run's events go, when the host watches it.
+    pub(crate) watch: Option<Watcher>,
 }
 
 /// Holds one execution in its pool's count of live engines until dropped.
@@ -189,11 +192,13 @@ pub(crate) struct State {
     timers: Timers,
     log_bytes: usize,
     logs_stopped: bool,
+    watch: Option<Watcher>,
 }
 
 impl State {
-    /// Keep a log line, or stop logs with the marker line once past the bound.
-    fn log(&mut self, line: Option<String>) -> bool {
+    /// Keep a log line, or stop logs with the marker line once past the bound. Only a
+    /// kept line is watched, so the log bound bounds the watcher's lines too.
+    fn log(&mut self, line: Option<String>, level: ConsoleLevel) -> bool {
         if self.logs_stopped {
             return false;
         }
@@ -202,7 +207,9 @@ impl State {
         let cost = line.as_ref().map_or(usize::MAX, |line| line.len() + 1);
         if self.log_bytes.saturating_add(cost) > limit {
             self.logs_stopped = true;
-            let _ = self.events.send(Event::Log(texts::LOG_LIMIT_REACHED.fill(&[&limit.to_string()])));
+            let marker = texts::LOG_LIMIT_REACHED.fill(&[&limit.to_string()]);
+            self.watch_log(ConsoleLevel::Warn, &marker);
+            let _ = self.events.send(Event::Log(marker));
             return false;
         }
         let Some(line) = line else { return false };
@@ -210,8 +217,15 @@ impl State {
             return false;
         }
         self.log_bytes += cost;
+        self.watch_log(level, &line);
         let _ = self.events.send(Event::Log(line));
         true
+    }
+
+    fn watch_log(&self, level: ConsoleLevel, line: &str) {
+        if let Some(watcher) = &self.watch {
+            watcher.emit(Watched::Log { level, line: line.to_owned() });
+        }
     }
 }
 
@@ -261,6 +275,7 @@ impl<E: Engine> Execution<E> {
             timers: Timers::default(),
             log_bytes: 0,
             logs_stopped: false,
+            watch: job.watch,
         }));
         let mut execution = Execution {
             program: job.program,
@@ -581,7 +596,7 @@ impl<E: Engine> Execution<E> {
                 continue;
             }
             let text = self.describe(&reason);
-            self.state.borrow_mut().log(Some(texts::UNHANDLED_REJECTION.fill(&[&text])));
+            self.state.borrow_mut().log(Some(texts::UNHANDLED_REJECTION.fill(&[&text])), ConsoleLevel::Warn);
         }
     }
 
@@ -608,6 +623,10 @@ impl<E: Engine> Execution<E> {
             }
             let next_timer = self.state.borrow().timers.next_due();
             let wake = [next_timer, (!settled).then_some(self.deadline)].into_iter().flatten().min();
+            // Nothing to run until an answer or a timer: the watcher hears what the run waits on.
+            if !settled && wake.is_none_or(|at| at > now) {
+                self.state.borrow().watch_waiting();
+            }
             let message = match wake {
                 // Due now: take a waiting message first, so timers never starve answers.
                 Some(at) if at <= now => match self.inbox.try_recv() {
@@ -634,7 +653,7 @@ impl<E: Engine> Execution<E> {
     }
 
     fn answer(&mut self, call: u64, answer: CallAnswer) {
-        if !self.state.borrow_mut().finish_call(call) {
+        if !self.state.borrow_mut().finish_call(call, &answer) {
             return;
         }
         self.callback_turn(|execution| {

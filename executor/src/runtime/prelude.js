@@ -97,7 +97,8 @@ const dispatch = function __dispatch(provider, tool, argsJson) {
   const a = StringConstructor(argsJson);
   // Past the bound even in UTF-16 units, the call is refused before a byte is copied out.
   const units = p.length + t.length + a.length;
-  if (units > maxPayloadBytes) return refuse(opRefuseLarge(units));
+  // The heads of its names and arguments (one unit past the preview, so it reads as cut) are for a watcher.
+  if (units > maxPayloadBytes) return refuse(opRefuseLarge(units, p.slice(0, 1025), t.slice(0, 1025), a.slice(0, 257)));
   const answer = opCall(p, t, a);
   if (typeof answer === 'string') return resolved(answer);
   if (typeof answer === 'number') return later(answer);
@@ -172,7 +173,8 @@ const format = (value) => {
   }
 };
 let logsStopped = false;
-const log = (prefix, args) => {
+// level: what the runtime reports to a watcher (ConsoleLevel::from_number, the same numbers).
+const log = (level, prefix, args) => {
   if (logsStopped) return;
   let line = prefix;
   for (let i = 0; i < args.length; i++) {
@@ -180,15 +182,15 @@ const log = (prefix, args) => {
     line += format(args[i]);
   }
   // A line past the whole bound never crosses to the host: only its length does.
-  const kept = line.length > maxLogBytes ? opLog(undefined, line.length) : opLog(line);
+  const kept = line.length > maxLogBytes ? opLog(undefined, line.length, level) : opLog(line, undefined, level);
   if (!kept) logsStopped = true;
 };
 global.console = {
-  log(...args) { log('', args); },
-  info(...args) { log('', args); },
-  debug(...args) { log('', args); },
-  warn(...args) { log('[warn] ', args); },
-  error(...args) { log('[error] ', args); },
+  log(...args) { log(0, '', args); },
+  info(...args) { log(1, '', args); },
+  debug(...args) { log(2, '', args); },
+  warn(...args) { log(3, '[warn] ', args); },
+  error(...args) { log(4, '[error] ', args); },
 };
 
 // Timers: the runtime keeps when each is due; the callbacks and their arguments stay here.

@@ -44,6 +44,11 @@ impl Timers {
         }
     }
 
+    /// Timers pending (an interval counts until cleared).
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     pub(super) fn next_due(&self) -> Option<Instant> {
         self.due.first_key_value().map(|(&(at, _), _)| at)
     }

@@ -20,6 +20,7 @@ mod locations;
 mod network;
 mod outcomes;
 mod scheduling;
+mod watch;
 
 /// With one engine built in there is no other to run: the test exists only with V8.
 #[cfg(feature = "v8")]

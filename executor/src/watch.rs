@@ -1,0 +1,367 @@
+//! Watching a run: the events an execution reports as it happens ([`crate::Request::on_event`]).
+//!
+//! The runtime (or, for a daemon and a worker process, the host side of the wire) only
+//! ever `try_send`s an event into a bounded queue; the host's callback runs in the task
+//! that awaits `execute`, never on the engine's thread. So a slow or blocking callback
+//! cannot hold an engine, a panicking one cannot unwind into it, and a program that
+//! makes events faster than the host reads them costs at most the queue: the overflow
+//! is counted and reported as [`Event::Dropped`].
+
+use std::future::Future;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use codemode_protocol::{Dispatch, DispatchFuture, Outcome, ToolCall, texts};
+use tokio::sync::mpsc;
+
+use crate::outbound::{Outbound, OutboundFuture, OutboundRequest};
+
+/// Events waiting for the host at most; past it they are counted as dropped.
+pub const EVENT_QUEUE: usize = 1024;
+
+/// An event's arguments are cut to this many bytes (the cut ends with `…`).
+pub const ARGUMENTS_PREVIEW_BYTES: usize = 256;
+
+/// A provider's or tool's name and an error text in an event are cut to this many bytes.
+pub const TEXT_PREVIEW_BYTES: usize = 1024;
+
+/// The provider name a `fetch` is reported under; its tool is the method.
+pub const FETCH_PROVIDER: &str = "fetch";
+
+/// What a running execution reports, in the order it happens.
+///
+/// Every text in an event is bounded ([`ARGUMENTS_PREVIEW_BYTES`],
+/// [`TEXT_PREVIEW_BYTES`]); log lines are the ones the outcome keeps, so they are bounded
+/// by the run's log limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A call left the sandbox (or was refused on the way out: a [`Event::CallEnded`]
+    /// with the refusal follows at once). `call` numbers the calls of one run from 1; a
+    /// `fetch` is reported under the provider [`FETCH_PROVIDER`] with its method as the tool.
+    CallStarted {
+        call: u64,
+        provider: String,
+        tool: String,
+        /// The arguments' JSON (the codec's form, an array for positional arguments), cut
+        /// to [`ARGUMENTS_PREVIEW_BYTES`].
+        arguments: String,
+    },
+    /// The call's answer reached the run, after `duration`. `error` is the text the call
+    /// rejects with (its envelope's `error`, a refusal by a bound, or the outside-envelope
+    /// text), `None` when it answered with a result.
+    CallEnded { call: u64, provider: String, tool: String, duration: Duration, error: Option<String> },
+    /// One line of the logs, as the outcome keeps it (`console.warn` with its `[warn] `
+    /// prefix). The log limit's marker line is reported too, as a [`ConsoleLevel::Warn`].
+    Log { level: ConsoleLevel, line: String },
+    /// The program has nothing to run until a call answers or a timer falls due: `calls`
+    /// in flight and `timers` pending. Both zero means it waits on a promise nothing will
+    /// settle, and the run ends at its timeout. Reported by in-process runs only.
+    Waiting { calls: usize, timers: usize },
+    /// This many events did not fit the queue ([`EVENT_QUEUE`]) because the host read
+    /// them slower than the program made them; they are lost to the watcher (the
+    /// outcome still has every kept log line).
+    Dropped { events: u64 },
+}
+
+/// Which console method wrote a log line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConsoleLevel {
+    Log,
+    Info,
+    Debug,
+    Warn,
+    Error,
+}
+
+impl ConsoleLevel {
+    /// The level the prelude's console passes with each line (the same numbers there).
+    pub(crate) fn from_number(n: f64) -> ConsoleLevel {
+        match n as u8 {
+            1 => ConsoleLevel::Info,
+            2 => ConsoleLevel::Debug,
+            3 => ConsoleLevel::Warn,
+            4 => ConsoleLevel::Error,
+            _ => ConsoleLevel::Log,
+        }
+    }
+
+    /// The level of a line read back from an outcome's logs (by its prefix).
+    fn of_line(line: &str) -> ConsoleLevel {
+        if line.starts_with("[warn] ") || line.starts_with("[codemode] ") {
+            ConsoleLevel::Warn
+        } else if line.starts_with("[error] ") {
+            ConsoleLevel::Error
+        } else {
+            ConsoleLevel::Log
+        }
+    }
+}
+
+/// What the host gave [`crate::Request::on_event`].
+pub(crate) type Callback = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// `text` cut to at most `max` bytes on a character boundary, ending with `…` when cut.
+pub(crate) fn preview(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+/// The error a call's answer carries, read without building its result.
+pub(crate) fn answer_error(answer: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(default)]
+        error: Option<serde_json::Value>,
+    }
+    match serde_json::from_str::<Envelope>(answer) {
+        Ok(Envelope { error: None | Some(serde_json::Value::Null) }) => None,
+        Ok(Envelope { error: Some(serde_json::Value::String(text)) }) => {
+            Some(preview(&text, TEXT_PREVIEW_BYTES))
+        }
+        Ok(Envelope { error: Some(other) }) => Some(preview(&other.to_string(), TEXT_PREVIEW_BYTES)),
+        Err(_) => Some(texts::OUTSIDE_ENVELOPE.to_owned()),
+    }
+}
+
+struct Shared {
+    dropped: AtomicU64,
+    /// The last event sent, when it was a `Waiting`: the same one is not sent twice.
+    last_waiting: Mutex<Option<(usize, usize)>>,
+    /// Numbers the calls a host-side watcher sees.
+    next_call: AtomicU64,
+}
+
+/// The sending end: the runtime (or a wire's host side) reports through it and never waits.
+#[derive(Clone)]
+pub(crate) struct Watcher {
+    sender: mpsc::Sender<Event>,
+    shared: Arc<Shared>,
+}
+
+impl Watcher {
+    pub(crate) fn emit(&self, event: Event) {
+        *lock(&self.shared.last_waiting) = None;
+        self.send(event);
+    }
+
+    fn send(&self, event: Event) {
+        let dropped = self.shared.dropped.load(Ordering::Acquire);
+        if dropped > 0 {
+            match self.sender.try_send(Event::Dropped { events: dropped }) {
+                Ok(()) => {
+                    self.shared.dropped.fetch_sub(dropped, Ordering::AcqRel);
+                }
+                Err(_) => {
+                    self.shared.dropped.fetch_add(1, Ordering::AcqRel);
+                    return;
+                }
+            }
+        }
+        if self.sender.try_send(event).is_err() {
+            self.shared.dropped.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// The run waits: reported unless it is what the last event already said.
+    pub(crate) fn waiting(&self, calls: usize, timers: usize) {
+        {
+            let mut last = lock(&self.shared.last_waiting);
+            if *last == Some((calls, timers)) {
+                return;
+            }
+            *last = Some((calls, timers));
+        }
+        self.send(Event::Waiting { calls, timers });
+    }
+
+    pub(crate) fn call_started(&self, call: u64, provider: &str, tool: &str, arguments: &str) {
+        self.emit(Event::CallStarted {
+            call,
+            provider: preview(provider, TEXT_PREVIEW_BYTES),
+            tool: preview(tool, TEXT_PREVIEW_BYTES),
+            arguments: preview(arguments, ARGUMENTS_PREVIEW_BYTES),
+        });
+    }
+
+    pub(crate) fn call_ended(&self, started: &StartedCall, error: Option<String>) {
+        self.emit(Event::CallEnded {
+            call: started.call,
+            provider: started.provider.clone(),
+            tool: started.tool.clone(),
+            duration: started.at.elapsed(),
+            error,
+        });
+    }
+}
+
+/// What a call's end event repeats of its start.
+pub(crate) struct StartedCall {
+    pub(crate) call: u64,
+    pub(crate) provider: String,
+    pub(crate) tool: String,
+    pub(crate) at: Instant,
+}
+
+impl StartedCall {
+    pub(crate) fn new(call: u64, provider: &str, tool: &str) -> StartedCall {
+        StartedCall {
+            call,
+            provider: preview(provider, TEXT_PREVIEW_BYTES),
+            tool: preview(tool, TEXT_PREVIEW_BYTES),
+            at: Instant::now(),
+        }
+    }
+}
+
+/// The receiving end, with the host's callback.
+pub(crate) struct Delivery {
+    receiver: mpsc::Receiver<Event>,
+    callback: Option<Callback>,
+    shared: Arc<Shared>,
+}
+
+/// A watcher and its delivery for `callback`.
+pub(crate) fn channel(callback: Callback) -> (Watcher, Delivery) {
+    let (sender, receiver) = mpsc::channel(EVENT_QUEUE);
+    let shared = Arc::new(Shared {
+        dropped: AtomicU64::new(0),
+        last_waiting: Mutex::new(None),
+        next_call: AtomicU64::new(0),
+    });
+    (Watcher { sender, shared: shared.clone() }, Delivery { receiver, callback: Some(callback), shared })
+}
+
+impl Delivery {
+    /// Call the callback; a panicking one is dropped and never called again (the run goes on).
+    fn deliver(&mut self, event: &Event) {
+        let Some(callback) = &self.callback else { return };
+        if catch_unwind(AssertUnwindSafe(|| callback(event))).is_err() {
+            self.callback = None;
+        }
+    }
+
+    /// Every event already sent, then the count of those that did not fit.
+    fn drain(&mut self) {
+        while let Ok(event) = self.receiver.try_recv() {
+            self.deliver(&event);
+        }
+        let dropped = self.shared.dropped.swap(0, Ordering::AcqRel);
+        if dropped > 0 {
+            self.deliver(&Event::Dropped { events: dropped });
+        }
+    }
+}
+
+/// Whether the logs reached the watcher live, or only with the outcome (a daemon, a worker process).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Logs {
+    Live,
+    WithOutcome,
+}
+
+/// Run `run`, handing each event to the callback as it arrives; every event is handed
+/// over before the outcome is returned. Dropping this future drops the run.
+pub(crate) async fn delivered<T>(
+    run: impl Future<Output = T>,
+    delivery: Option<Delivery>,
+    logs: Logs,
+    outcome: impl Fn(&T) -> &Outcome,
+) -> T {
+    let Some(mut delivery) = delivery else { return run.await };
+    let mut run = std::pin::pin!(run);
+    let mut open = true;
+    let ended = loop {
+        tokio::select! {
+            biased;
+            ended = &mut run => break ended,
+            event = delivery.receiver.recv(), if open => match event {
+                Some(event) => delivery.deliver(&event),
+                None => open = false,
+            },
+        }
+    };
+    delivery.drain();
+    if logs == Logs::WithOutcome {
+        for line in outcome(&ended).logs() {
+            delivery.deliver(&Event::Log { level: ConsoleLevel::of_line(line), line: line.clone() });
+        }
+    }
+    ended
+}
+
+/// The host side's watch on a run that crosses a wire: each call is reported as the host
+/// receives it and when its answer is ready (the engine's own events stay on its side).
+pub(crate) fn watch_host_side(
+    dispatch: Option<Arc<dyn Dispatch>>,
+    outbound: Option<Arc<dyn Outbound>>,
+    watcher: &Watcher,
+) -> (Option<Arc<dyn Dispatch>>, Option<Arc<dyn Outbound>>) {
+    let dispatch = dispatch
+        .map(|inner| Arc::new(WatchedDispatch { inner, watcher: watcher.clone() }) as Arc<dyn Dispatch>);
+    let outbound = outbound
+        .map(|inner| Arc::new(WatchedOutbound { inner, watcher: watcher.clone() }) as Arc<dyn Outbound>);
+    (dispatch, outbound)
+}
+
+impl Watcher {
+    fn next_call(&self) -> u64 {
+        self.shared.next_call.fetch_add(1, Ordering::AcqRel) + 1
+    }
+}
+
+struct WatchedDispatch {
+    inner: Arc<dyn Dispatch>,
+    watcher: Watcher,
+}
+
+impl Dispatch for WatchedDispatch {
+    fn dispatch(&self, call: ToolCall) -> DispatchFuture {
+        let watcher = self.watcher.clone();
+        let started = StartedCall::new(watcher.next_call(), &call.provider, &call.tool);
+        watcher.call_started(started.call, &call.provider, &call.tool, &call.args_json);
+        let answer = self.inner.dispatch(call);
+        Box::pin(async move {
+            let answer = answer.await;
+            watcher.call_ended(&started, answer_error(&answer));
+            answer
+        })
+    }
+}
+
+struct WatchedOutbound {
+    inner: Arc<dyn Outbound>,
+    watcher: Watcher,
+}
+
+impl Outbound for WatchedOutbound {
+    fn fetch(&self, request: OutboundRequest) -> OutboundFuture {
+        let watcher = self.watcher.clone();
+        let started = StartedCall::new(watcher.next_call(), FETCH_PROVIDER, &request.method);
+        watcher.call_started(started.call, FETCH_PROVIDER, &request.method, &fetch_arguments(&request.url));
+        let answer = self.inner.fetch(request);
+        Box::pin(async move {
+            let answer = answer.await;
+            watcher.call_ended(&started, answer.as_ref().err().map(|e| preview(e, TEXT_PREVIEW_BYTES)));
+            answer
+        })
+    }
+}
+
+/// A fetch's arguments as an event shows them: its URL, as a JSON array.
+pub(crate) fn fetch_arguments(url: &str) -> String {
+    serde_json::to_string(&[preview(url, ARGUMENTS_PREVIEW_BYTES)]).unwrap_or_default()
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
