@@ -267,6 +267,11 @@ pub const UNHANDLED_REJECTION: Template = Template("[warn] Unhandled rejection: 
 /// The outcome of an execution the host cancelled over the wire.
 pub const CANCELLED: &str = "Execution was cancelled by the host.";
 
+/// The outcome of a run the host interrupted (`codemode run` on Ctrl-C): its logs are the
+/// ones the host had heard by then.
+pub const INTERRUPTED: &str =
+    "Execution was interrupted before it ended; the logs are the ones written until then.";
+
 /// A call the host never answered because the connection closed first.
 pub const CONNECTION_CLOSED: &str = "The host closed the connection before answering this call.";
 

@@ -142,6 +142,10 @@ fn a_hole_named_twice_takes_one_value() {
 #[test]
 fn the_wire_texts_are_pinned() {
     assert_eq!(CANCELLED, "Execution was cancelled by the host.");
+    assert_eq!(
+        INTERRUPTED,
+        "Execution was interrupted before it ended; the logs are the ones written until then."
+    );
     assert_eq!(CONNECTION_CLOSED, "The host closed the connection before answering this call.");
     assert_eq!(
         WORKER_PROCESS_DIED,

@@ -4,7 +4,8 @@
 //!
 //! Exit status: 0 for a result, 1 for an error outcome (its text also on stderr, with its
 //! place in the program when known: `codemode: thrown error: boom (at line 3, column 14)`),
-//! 2 for bad usage or unreadable input (with a message on stderr saying what to fix).
+//! 2 for bad usage or unreadable input (with a message on stderr saying what to fix),
+//! 130 for a run Ctrl-C interrupted (its outcome keeps the logs written until then).
 
 mod admin;
 mod db;
@@ -13,7 +14,9 @@ mod fixture;
 mod mcp;
 mod serve;
 mod spec;
+mod watch;
 
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -48,7 +51,8 @@ struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
-    /// Run PROGRAM.js and print its outcome as one JSON object (the codec's form).
+    /// Run PROGRAM.js and print its outcome: one JSON object (the codec's form), or for a
+    /// person on a terminal.
     #[command(after_help = RUN_AFTER_HELP)]
     Run {
         /// The program: a file holding the source of an async arrow function (or any form
@@ -83,6 +87,8 @@ enum Command {
         engine: EngineArg,
         #[command(flatten)]
         connect: ConnectArgs,
+        #[command(flatten)]
+        view: ViewArgs,
     },
     /// Print what the model is told about the providers: TypeScript declarations to paste
     /// into a prompt, their JSON Schemas, or the whole code tool.
@@ -124,15 +130,27 @@ Providers:
 
 Limits: 30 s of wall-clock time unless --timeout-ms says otherwise.
 
+Watching (docs/watching.md): --trace prints each call and log line on stderr as it happens,
+  → store.get({\"id\":7})        a call leaves (its arguments cut to 80 characters)
+  ← store.get 1.2 ms ok         its answer came back (or: error: TEXT)
+  log: LINE                     a console line
+On a terminal, a run 3 s without progress says on stderr what it waits on (calls, timers).
+Ctrl-C ends the run: the outcome printed keeps the logs so far and says it was interrupted.
+
+Output: the outcome as one JSON object when stdout is not a terminal (--output json); for a
+person on a terminal (--output human): the logs, then the result pretty-printed or the error.
+
 Exit status:
-  0  the program returned: stdout holds {\"result\": ..., \"logs\": [...]}
-  1  the program failed (threw, timed out, ran out of memory): stdout holds {\"error\": ..., \"kind\": ...}
-  2  bad usage or unreadable input: nothing on stdout, stderr says what to fix
+  0    the program returned: stdout holds {\"result\": ..., \"logs\": [...]}
+  1    the program failed (threw, timed out, ran out of memory): stdout holds {\"error\": ..., \"kind\": ...}
+  2    bad usage or unreadable input: nothing on stdout, stderr says what to fix
+  130  interrupted (Ctrl-C): stdout holds {\"error\": \"Execution was interrupted ...\", \"kind\": \"internal\", \"logs\": [...]}
 
 Examples:
   codemode run executor/cli/examples/top-customers.js --db executor/cli/examples/shop.sql
   echo 'async () => (await db.tables()).length' | codemode run - --db shop.sql
-  codemode run program.js --db shop.sql --fixture weather.json --timeout-ms 5000";
+  codemode run program.js --db shop.sql --fixture weather.json --timeout-ms 5000
+  codemode run program.js --db shop.sql --trace --output human";
 
 const DECLARATIONS_AFTER_HELP: &str = "\
 Exit status:
@@ -151,6 +169,23 @@ Exit status:
 
 Example:
   codemode-conformance --executor-cmd \"codemode stdio --engine quickjs\"";
+
+/// How `run` shows the run: as it goes (`--trace`, the waiting line) and at its end (`--output`).
+#[derive(clap::Args)]
+struct ViewArgs {
+    /// Print each tool call (provider, tool, arguments, time taken, error or ok) and each log
+    /// line on stderr as it happens.
+    #[arg(long, short = 'v')]
+    trace: bool,
+    /// How the outcome is printed on stdout [default: json when stdout is not a terminal,
+    /// human when it is].
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    output: Option<watch::Output>,
+    /// Say what the run waits on after this many ms without progress, even when stderr is
+    /// not a terminal (for tests; a terminal hears it after 3000).
+    #[arg(long, value_name = "MS", hide = true)]
+    waiting_after_ms: Option<u64>,
+}
 
 /// `--engine`, read with `EngineKind`'s own parser so an engine this build lacks is
 /// refused with its text (exit code 2).
@@ -234,6 +269,7 @@ fn main() -> ExitCode {
             confinement,
             engine,
             connect,
+            view,
         } => {
             let engine = match engine.kind() {
                 Ok(engine) => engine,
@@ -254,6 +290,7 @@ fn main() -> ExitCode {
                 (isolation, confinement),
                 engine,
                 connect,
+                view,
             ) {
                 Ok(code) => code,
                 Err(message) => {
@@ -412,9 +449,12 @@ fn run(
     (isolation, confinement): (IsolationArg, Confinement),
     engine: EngineKind,
     connect: ConnectArgs,
+    view: ViewArgs,
 ) -> Result<ExitCode, String> {
     let code = read_program(&program)?;
-    let mut request = Request::new(code);
+    let watch = watch::Watch::new(view.trace);
+    let heard = watch.clone();
+    let mut request = Request::new(code).on_event(move |event| heard.hear(event));
     let toolbox = toolbox(sources.db.as_deref(), sources.spec.as_deref())?;
     if let Some(path) = &sources.fixture {
         let fixture = fixture::Fixture::load(path)?;
@@ -449,19 +489,61 @@ fn run(
         config.confinement = confinement;
         config.workers = 1;
     }
-    let outcome = if connect.connect.is_empty() {
-        runtime.block_on(Executor::new(config).execute(request))
-    } else {
-        let (endpoints, options) = connect.fleet()?;
-        runtime.block_on(async {
-            let remote = RemoteExecutor::connect_fleet(endpoints, options).await?;
-            Ok::<_, String>(remote.execute(request).await)
-        })?
+    let waiting_after = match view.waiting_after_ms {
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => std::io::stderr().is_terminal().then_some(watch::WAITING_AFTER),
     };
-    println!("{}", outcome.to_json_string());
-    // For a person: the error as text, with its place in the program when known.
-    if let Some(text) = outcome.error_display() {
-        eprintln!("codemode: {} error: {text}", outcome.kind());
+    let fleet = if connect.connect.is_empty() { None } else { Some(connect.fleet()?) };
+    let (outcome, interrupted) = runtime.block_on(async {
+        // Installed before the run starts, so a Ctrl-C at any moment ends it with its outcome.
+        let mut interrupt = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+            .map_err(|e| format!("cannot watch for Ctrl-C: {e}"))?;
+        let announcer = waiting_after.map(|after| tokio::spawn(watch.clone().announce_waits(after)));
+        let run = async {
+            match fleet {
+                None => Ok(Executor::new(config).execute(request).await),
+                Some((endpoints, options)) => {
+                    let remote = RemoteExecutor::connect_fleet(endpoints, options).await?;
+                    Ok::<_, String>(remote.execute(request).await)
+                }
+            }
+        };
+        // Ctrl-C drops the run, which stops its engine (or cancels it on the daemon).
+        let outcome = tokio::select! {
+            outcome = run => outcome.map(|outcome| (outcome, false)),
+            _ = interrupt.recv() => Ok((watch::interrupted(watch.logs()), true)),
+        };
+        if let Some(announcer) = announcer {
+            announcer.abort();
+        }
+        outcome
+    })?;
+    let output = view.output.unwrap_or(if std::io::stdout().is_terminal() {
+        watch::Output::Human
+    } else {
+        watch::Output::Json
+    });
+    match output {
+        watch::Output::Json => {
+            println!("{}", outcome.to_json_string());
+            // For a person: the error as text, with its place in the program when known.
+            if interrupted {
+                eprintln!("codemode: {}", codemode_protocol::texts::INTERRUPTED);
+            } else if let Some(text) = outcome.error_display() {
+                eprintln!("codemode: {} error: {text}", outcome.kind());
+            }
+        }
+        // The logs were on stderr already when traced.
+        watch::Output::Human => println!("{}", watch::human(&outcome, !view.trace)),
     }
-    Ok(if outcome.error_text().is_some() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    Ok(if interrupted {
+        ExitCode::from(INTERRUPTED_EXIT)
+    } else if outcome.error_text().is_some() {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
+
+/// The exit status of a run Ctrl-C ended: 128 + SIGINT, as shells report it.
+const INTERRUPTED_EXIT: u8 = 130;

@@ -55,6 +55,8 @@ fn run_help_names_the_db_tools_the_default_timeout_the_exit_codes_and_examples()
             "Usage: codemode run [OPTIONS] <PROGRAM.js>\n",
             "or - to read it from stdin\n",
             "Wall-clock limit in milliseconds [default: 30000]\n",
+            "  -v, --trace\n",
+            "How the outcome is printed on stdout [default: json when stdout is not a terminal, human when it is]\n",
         ],
     );
     assert!(stdout.ends_with(
@@ -68,15 +70,27 @@ fn run_help_names_the_db_tools_the_default_timeout_the_exit_codes_and_examples()
 
 Limits: 30 s of wall-clock time unless --timeout-ms says otherwise.
 
+Watching (docs/watching.md): --trace prints each call and log line on stderr as it happens,
+  → store.get({"id":7})        a call leaves (its arguments cut to 80 characters)
+  ← store.get 1.2 ms ok         its answer came back (or: error: TEXT)
+  log: LINE                     a console line
+On a terminal, a run 3 s without progress says on stderr what it waits on (calls, timers).
+Ctrl-C ends the run: the outcome printed keeps the logs so far and says it was interrupted.
+
+Output: the outcome as one JSON object when stdout is not a terminal (--output json); for a
+person on a terminal (--output human): the logs, then the result pretty-printed or the error.
+
 Exit status:
-  0  the program returned: stdout holds {"result": ..., "logs": [...]}
-  1  the program failed (threw, timed out, ran out of memory): stdout holds {"error": ..., "kind": ...}
-  2  bad usage or unreadable input: nothing on stdout, stderr says what to fix
+  0    the program returned: stdout holds {"result": ..., "logs": [...]}
+  1    the program failed (threw, timed out, ran out of memory): stdout holds {"error": ..., "kind": ...}
+  2    bad usage or unreadable input: nothing on stdout, stderr says what to fix
+  130  interrupted (Ctrl-C): stdout holds {"error": "Execution was interrupted ...", "kind": "internal", "logs": [...]}
 
 Examples:
   codemode run executor/cli/examples/top-customers.js --db executor/cli/examples/shop.sql
   echo 'async () => (await db.tables()).length' | codemode run - --db shop.sql
   codemode run program.js --db shop.sql --fixture weather.json --timeout-ms 5000
+  codemode run program.js --db shop.sql --trace --output human
 "#
     ));
     // Its first example, run from the repository root, does what the help says.
