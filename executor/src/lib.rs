@@ -71,6 +71,7 @@ pub use watch::{
 #[doc = include_str!("../../docs/tools.md")]
 #[doc = include_str!("../../docs/network.md")]
 #[doc = include_str!("../../docs/daemon.md")]
+#[doc = include_str!("../../docs/watching.md")]
 #[doc = include_str!("../../README.md")]
 pub struct Guides;
 

@@ -180,8 +180,8 @@ impl Request {
     pub(crate) fn watch_host_side(mut self) -> (Request, Option<Delivery>) {
         let (watcher, delivery) = self.watch();
         if let Some(watcher) = watcher {
-            (self.dispatch, self.outbound) =
-                watch::watch_host_side(self.dispatch.take(), self.outbound.take(), &watcher);
+            self.dispatch = self.dispatch.take().map(|inner| watch::watched_dispatch(inner, &watcher));
+            self.outbound = self.outbound.take().map(|inner| watch::watched_outbound(inner, &watcher));
         }
         (self, delivery)
     }

@@ -299,18 +299,15 @@ pub(crate) async fn delivered<T>(
     ended
 }
 
-/// The host side's watch on a run that crosses a wire: each call is reported as the host
-/// receives it and when its answer is ready (the engine's own events stay on its side).
-pub(crate) fn watch_host_side(
-    dispatch: Option<Arc<dyn Dispatch>>,
-    outbound: Option<Arc<dyn Outbound>>,
-    watcher: &Watcher,
-) -> (Option<Arc<dyn Dispatch>>, Option<Arc<dyn Outbound>>) {
-    let dispatch = dispatch
-        .map(|inner| Arc::new(WatchedDispatch { inner, watcher: watcher.clone() }) as Arc<dyn Dispatch>);
-    let outbound = outbound
-        .map(|inner| Arc::new(WatchedOutbound { inner, watcher: watcher.clone() }) as Arc<dyn Outbound>);
-    (dispatch, outbound)
+/// A dispatch that reports each call of a run that crosses a wire as the host receives
+/// it and when its answer is ready (the engine's own events stay on its side).
+pub(crate) fn watched_dispatch(inner: Arc<dyn Dispatch>, watcher: &Watcher) -> Arc<dyn Dispatch> {
+    Arc::new(WatchedDispatch { inner, watcher: watcher.clone() })
+}
+
+/// [`watched_dispatch`] for the outbound handler.
+pub(crate) fn watched_outbound(inner: Arc<dyn Outbound>, watcher: &Watcher) -> Arc<dyn Outbound> {
+    Arc::new(WatchedOutbound { inner, watcher: watcher.clone() })
 }
 
 impl Watcher {

@@ -285,8 +285,7 @@ fn main() -> ExitCode {
             match run(
                 program,
                 sources,
-                timeout_ms,
-                memory_limit_bytes,
+                (timeout_ms, memory_limit_bytes),
                 (isolation, confinement),
                 engine,
                 connect,
@@ -444,8 +443,7 @@ fn read_program(program: &Path) -> Result<String, String> {
 fn run(
     program: PathBuf,
     sources: Sources,
-    timeout_ms: Option<u64>,
-    memory_limit_bytes: Option<usize>,
+    (timeout_ms, memory_limit_bytes): (Option<u64>, Option<usize>),
     (isolation, confinement): (IsolationArg, Confinement),
     engine: EngineKind,
     connect: ConnectArgs,
