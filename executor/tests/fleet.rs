@@ -330,3 +330,51 @@ async fn a_daemon_sending_calls_without_end_is_held_to_the_calls_in_flight() {
         );
     }
 }
+
+/// Watching a run on a daemon: its calls as they reach this host, its log lines with the outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_run_on_a_daemon_reports_calls_live_and_logs_with_the_outcome() {
+    use codemode_executor::Event;
+    let (address, _drain) = daemon().await;
+    let remote =
+        RemoteExecutor::connect_fleet(Endpoints::Static(vec![address]), fleet_options()).await.unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let request = Request::new(
+        "async () => { console.log('a'); const x = await store.find('x'); console.warn('b'); \
+         return await store.find('y').catch((e) => e.message) }",
+    )
+    .provider(store())
+    .dispatch(|call: ToolCall| async move {
+        if call.args_json == r#"["x"]"# {
+            r#"{"result":1}"#.to_owned()
+        } else {
+            r#"{"error":"no y"}"#.to_owned()
+        }
+    })
+    .on_event(move |event: &Event| {
+        sink.lock().unwrap().push(match event {
+            Event::CallStarted { call, provider, tool, arguments } => {
+                format!("start {call} {provider}.{tool} {arguments}")
+            }
+            Event::CallEnded { call, error, .. } => {
+                format!("end {call} {}", error.as_deref().unwrap_or("ok"))
+            }
+            Event::Log { level, line } => format!("log {level:?} {line}"),
+            other => format!("{other:?}"),
+        })
+    });
+    let outcome = remote.execute(request).await;
+    assert_eq!(outcome.to_json_string(), r#"{"result":"no y","logs":["a","[warn] b"]}"#);
+    assert_eq!(
+        *events.lock().unwrap(),
+        [
+            r#"start 1 store.find ["x"]"#,
+            "end 1 ok",
+            r#"start 2 store.find ["y"]"#,
+            "end 2 no y",
+            "log Log a",
+            "log Warn [warn] b"
+        ]
+    );
+}

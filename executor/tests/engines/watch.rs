@@ -188,3 +188,24 @@ async fn a_panicking_callback_is_dropped_and_the_run_goes_on() {
     let next = executor().execute(Request::new("async () => 2")).await;
     assert_eq!(json(&next), r#"{"result":2,"logs":[]}"#);
 }
+
+/// What Ctrl-C does in `codemode run`: drop a watched run that waits for ever. Its engine
+/// goes, and the host keeps the logs it heard.
+#[tokio::test]
+async fn dropping_a_watched_run_ends_its_engine_and_the_logs_heard_stay() {
+    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
+        workers: 1,
+        ..crate::support::config()
+    });
+    let (events, callback) = recorded();
+    let code = r#"async () => { console.log("a"); await new Promise(() => {}) }"#;
+    let run = executor.execute(Request::new(code).timeout(Duration::from_secs(60)).on_event(callback));
+    assert!(tokio::time::timeout(Duration::from_millis(200), run).await.is_err());
+    let lines: Vec<String> = events.lock().unwrap().iter().map(line).collect();
+    assert_eq!(lines, ["log Log a", "waiting calls=0 timers=0"]);
+    let dropped = std::time::Instant::now();
+    while executor.live_engines() > 0 {
+        assert!(dropped.elapsed() < Duration::from_secs(3), "the engine outlived its dropped execute");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
