@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_protocol::{Dispatch, DispatchFuture, Outcome, ToolCall, texts};
+use codemode_protocol::{Answer, Dispatch, DispatchFuture, Outcome, ToolCall, read_answer};
 use tokio::sync::mpsc;
 
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest};
@@ -123,13 +123,22 @@ pub(crate) fn answer_error(answer: &str) -> Option<String> {
         #[serde(default)]
         error: Option<serde_json::Value>,
     }
+    // serde would read an array as the struct's fields: only an object is an envelope.
+    let object = answer.trim_start().starts_with('{');
     match serde_json::from_str::<Envelope>(answer) {
-        Ok(Envelope { error: None | Some(serde_json::Value::Null) }) => None,
-        Ok(Envelope { error: Some(serde_json::Value::String(text)) }) => {
+        Ok(Envelope { error: None | Some(serde_json::Value::Null) }) if object => None,
+        Ok(Envelope { error: Some(serde_json::Value::String(text)) }) if object => {
             Some(preview(&text, TEXT_PREVIEW_BYTES))
         }
-        Ok(Envelope { error: Some(other) }) => Some(preview(&other.to_string(), TEXT_PREVIEW_BYTES)),
-        Err(_) => Some(texts::OUTSIDE_ENVELOPE.to_owned()),
+        Ok(Envelope { error: Some(other) }) if object => {
+            Some(preview(&other.to_string(), TEXT_PREVIEW_BYTES))
+        }
+        // The rare rest (outside the envelope, a lone surrogate) read as the program reads it.
+        _ => match read_answer(answer) {
+            Ok(Answer::Result(_)) => None,
+            Ok(Answer::Error(text)) => Some(preview(&text, TEXT_PREVIEW_BYTES)),
+            Err(error) => Some(preview(&error.to_string(), TEXT_PREVIEW_BYTES)),
+        },
     }
 }
 
@@ -361,4 +370,43 @@ pub(crate) fn fetch_arguments(url: &str) -> String {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_preview_is_cut_on_a_character_boundary_and_says_so() {
+        assert_eq!(preview("short", 8), "short");
+        assert_eq!(preview("abcdefghij", 8), "abcde…");
+        // `é` is two bytes: the cut never splits it.
+        assert_eq!(preview("ééééé", 8), "éé…");
+        assert!(preview(&"x".repeat(10_000), ARGUMENTS_PREVIEW_BYTES).len() <= ARGUMENTS_PREVIEW_BYTES);
+    }
+
+    #[test]
+    fn an_answers_error_is_read_from_its_envelope() {
+        assert_eq!(answer_error(r#"{"result":[1,2]}"#), None);
+        assert_eq!(answer_error(r#"{"error":null,"result":1}"#), None);
+        assert_eq!(answer_error(r#"{ "error": "no such order" }"#).as_deref(), Some("no such order"));
+        assert_eq!(answer_error(r#"{"error":{"code":7}}"#).as_deref(), Some(r#"{"code":7}"#));
+        assert_eq!(answer_error("[1]").as_deref(), Some(codemode_protocol::texts::OUTSIDE_ENVELOPE));
+        assert_eq!(answer_error("not json").as_deref(), Some(codemode_protocol::texts::OUTSIDE_ENVELOPE));
+    }
+
+    #[tokio::test]
+    async fn events_past_the_queue_are_counted_and_reported_after_the_rest() {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let sink = heard.clone();
+        let (watcher, delivery) =
+            channel(Arc::new(move |event: &Event| sink.lock().unwrap().push(event.clone())));
+        for n in 0..EVENT_QUEUE + 10 {
+            watcher.emit(Event::Waiting { calls: n, timers: 0 });
+        }
+        delivered(async {}, Some(delivery), Logs::Live, |_| unreachable!()).await;
+        let heard = heard.lock().unwrap();
+        assert_eq!(heard.len(), EVENT_QUEUE + 1);
+        assert_eq!(heard.last(), Some(&Event::Dropped { events: 10 }));
+    }
 }
