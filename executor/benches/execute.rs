@@ -56,8 +56,10 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
-    // Confinement side by side: a worker's start (spawned, locked, hello answered, one run)
-    // and a run of 100 calls, with the workers confined (`required`) and not (`off`).
+    // Confinement side by side: a worker's start (spawned, locked, hello answered, then its
+    // first run: a confined worker warms its engines before the hello, an unconfined one
+    // during its first run, so only the two together compare), and runs of 0 and 100 calls,
+    // with the workers confined (`required`) and not (`off`).
     let mut group = c.benchmark_group("confinement");
     group.sample_size(20);
     for confinement in [codemode_executor::Confinement::Off, codemode_executor::Confinement::Required] {
@@ -76,7 +78,7 @@ fn benches(c: &mut Criterion) {
         };
         let check = rt.block_on(executor_at().execute(Request::new("async () => 1")));
         assert_eq!(check.to_json_string(), r#"{"result":1,"logs":[]}"#, "{level}");
-        group.bench_function(format!("a worker's start to its hello, {level}"), |b| {
+        group.bench_function(format!("a worker's start to its first outcome, {level}"), |b| {
             b.iter_custom(|iterations| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iterations {
@@ -139,11 +141,19 @@ fn benches(c: &mut Criterion) {
 }
 
 /// The time from spawning `codemode stdio` (as the pool does: empty environment, the
-/// level's variables) to its answer to the hello, the worker then killed.
+/// level's variables) to the outcome of its first run, `async () => 1`, the worker then
+/// killed.
 fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
     use std::io::{BufRead, Write};
     let mut command = std::process::Command::new(common::codemode_binary());
-    command.arg("stdio").env_clear().stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped());
+    // stderr to /dev/null, as the pool's bounded pipe would take it: a confined worker may
+    // write no file (RLIMIT_FSIZE 0), so inheriting the bench's redirected stderr kills it.
+    command
+        .arg("stdio")
+        .env_clear()
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
     if confinement.confines() {
         command.env(codemode_executor::confine::CONFINEMENT_VAR, confinement.name());
     }
@@ -151,10 +161,15 @@ fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
     let mut child = command.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     writeln!(stdin, r#"{{"type":"hello","protocol":"codemode","version":1}}"#).unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut hello = String::new();
+    stdout.read_line(&mut hello).unwrap();
+    writeln!(stdin, r#"{{"type":"execute","execution":1,"request":{{"code":"async () => 1"}}}}"#).unwrap();
+    let mut outcome = String::new();
+    stdout.read_line(&mut outcome).unwrap();
     let elapsed = started.elapsed();
-    assert!(line.contains(r#""type":"hello""#), "{line}");
+    assert!(hello.contains(r#""type":"hello""#), "{hello}");
+    assert!(outcome.contains(r#""result":1"#), "{outcome}");
     let _ = child.kill();
     let _ = child.wait();
     elapsed

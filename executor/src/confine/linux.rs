@@ -20,6 +20,11 @@ const MAX_DESCRIPTORS: u64 = 64;
 const TIMEZONE_PATHS: [&str; 2] = ["/etc/localtime", "/usr/share/zoneinfo"];
 
 pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: bool) -> Result<Layers, String> {
+    // stacker (deep JSON in the protocol) reads the main thread's stack bounds from
+    // /proc/self/maps the first time, and caches them per thread; Landlock closes /proc
+    // below, after which it would find no bounds and give every parse on this thread a
+    // fresh 2 MiB stack (an mmap, mprotect and munmap per message, +13 µs per tool call).
+    let _ = stacker::remaining_stack();
     close_inherited_descriptors()?;
     let limited = limits(data_limit_bytes);
     if level == Confinement::Required {
@@ -165,8 +170,14 @@ pub(super) fn check(pid: u32) -> Result<(), String> {
     let mut threads = 0;
     for task in tasks {
         let task = task.map_err(|e| format!("cannot read the threads of worker {pid}: {e}"))?;
-        let status = std::fs::read_to_string(task.path().join("status"))
-            .map_err(|e| format!("cannot read the status of worker {pid}: {e}"))?;
+        let status = match std::fs::read_to_string(task.path().join("status")) {
+            Ok(status) => status,
+            // A thread that ended between the listing and the read has nothing to check.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+                continue;
+            }
+            Err(e) => return Err(format!("cannot read the status of worker {pid}: {e}")),
+        };
         let field =
             |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim).unwrap_or("");
         if field("NoNewPrivs:") != "1" {
