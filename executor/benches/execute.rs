@@ -58,8 +58,9 @@ fn benches(c: &mut Criterion) {
 
     // Confinement side by side: a worker's start (spawned, locked, hello answered, then its
     // first run: a confined worker warms its engines before the hello, an unconfined one
-    // during its first run, so only the two together compare), and runs of 0 and 100 calls,
-    // with the workers confined (`required`) and not (`off`).
+    // during its first run, so only the two together compare), a call's round trip (a
+    // fresh worker's second run, as a confined worker serves one execution), and runs of 0
+    // and 100 calls through the pool, with the workers confined (`required`) and not (`off`).
     let mut group = c.benchmark_group("confinement");
     group.sample_size(20);
     for confinement in [codemode_executor::Confinement::Off, codemode_executor::Confinement::Required] {
@@ -79,13 +80,10 @@ fn benches(c: &mut Criterion) {
         let check = rt.block_on(executor_at().execute(Request::new("async () => 1")));
         assert_eq!(check.to_json_string(), r#"{"result":1,"logs":[]}"#, "{level}");
         group.bench_function(format!("a worker's start to its first outcome, {level}"), |b| {
-            b.iter_custom(|iterations| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iterations {
-                    total += worker_start(confinement);
-                }
-                total
-            })
+            b.iter_custom(|iterations| interleaved(confinement, iterations, worker_start))
+        });
+        group.bench_function(format!("100 calls, a fresh worker's second run, {level}"), |b| {
+            b.iter_custom(|iterations| interleaved(confinement, iterations, second_run_of_100_calls))
         });
         let warm = executor_at();
         group.bench_function(format!("a run with no calls, {level}"), |b| {
@@ -140,38 +138,123 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-/// The time from spawning `codemode stdio` (as the pool does: empty environment, the
-/// level's variables) to the outcome of its first run, `async () => 1`, the worker then
-/// killed.
-fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
-    use std::io::{BufRead, Write};
-    let mut command = std::process::Command::new(common::codemode_binary());
-    // stderr to /dev/null, as the pool's bounded pipe would take it: a confined worker may
-    // write no file (RLIMIT_FSIZE 0), so inheriting the bench's redirected stderr kills it.
-    command
-        .arg("stdio")
-        .env_clear()
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null());
-    if confinement.confines() {
-        command.env(codemode_executor::confine::CONFINEMENT_VAR, confinement.name());
+/// `measure` at `level` `iterations` times, each paired with one at the other level,
+/// discarded, so that both levels are timed under the same load on a shared machine.
+fn interleaved(
+    level: codemode_executor::Confinement,
+    iterations: u64,
+    measure: fn(codemode_executor::Confinement) -> Duration,
+) -> Duration {
+    let other = match level {
+        codemode_executor::Confinement::Off => codemode_executor::Confinement::Required,
+        _ => codemode_executor::Confinement::Off,
+    };
+    let mut total = Duration::ZERO;
+    for _ in 0..iterations {
+        total += measure(level);
+        measure(other);
     }
+    total
+}
+
+/// A `codemode stdio` worker spoken to directly, spawned as the pool spawns it (empty
+/// environment, the level's variables) and killed when dropped.
+struct RawWorker {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RawWorker {
+    fn spawn(confinement: codemode_executor::Confinement) -> RawWorker {
+        use std::io::Write;
+        let mut command = std::process::Command::new(common::codemode_binary());
+        // stderr to /dev/null, as the pool's bounded pipe would take it: a confined worker may
+        // write no file (RLIMIT_FSIZE 0), so inheriting the bench's redirected stderr kills it.
+        command
+            .arg("stdio")
+            .env_clear()
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        if confinement.confines() {
+            command.env(codemode_executor::confine::CONFINEMENT_VAR, confinement.name());
+        }
+        let mut child = command.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        stdin.write_all(b"{\"type\":\"hello\",\"protocol\":\"codemode\",\"version\":1}\n").unwrap();
+        let mut worker = RawWorker { child, stdin, stdout };
+        let hello = worker.line();
+        assert_eq!(hello["type"], "hello", "{hello}");
+        worker
+    }
+
+    /// One message, in one write as a host sends a frame (a `writeln!` would write its
+    /// pieces one by one, and the worker would wake for each).
+    fn send(&mut self, message: &serde_json::Value) {
+        use std::io::Write;
+        self.stdin.write_all(format!("{message}\n").as_bytes()).unwrap();
+    }
+
+    fn line(&mut self) -> serde_json::Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a message: {line:?}"))
+    }
+
+    /// Execution `id` of `code` with a `store` provider whose calls are answered 1 at once;
+    /// its result.
+    fn run(&mut self, id: u64, code: &str) -> serde_json::Value {
+        let request = serde_json::json!({
+            "type": "execute", "execution": id,
+            "request": { "code": code, "dispatch": true, "providers": [{ "name": "store", "tools": ["one"] }] },
+        });
+        self.send(&request);
+        loop {
+            let message = self.line();
+            match message["type"].as_str() {
+                Some("call") => {
+                    let answer = serde_json::json!({
+                        "type": "answer", "execution": id, "call": message["call"], "answer": r#"{"result":1}"#,
+                    });
+                    self.send(&answer);
+                }
+                Some("outcome") => return message["outcome"]["result"].clone(),
+                _ => panic!("unexpected {message}"),
+            }
+        }
+    }
+}
+
+impl Drop for RawWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The time from spawning a worker to the outcome of its first run, `async () => 1`.
+fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
     let started = std::time::Instant::now();
-    let mut child = command.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    writeln!(stdin, r#"{{"type":"hello","protocol":"codemode","version":1}}"#).unwrap();
-    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut hello = String::new();
-    stdout.read_line(&mut hello).unwrap();
-    writeln!(stdin, r#"{{"type":"execute","execution":1,"request":{{"code":"async () => 1"}}}}"#).unwrap();
-    let mut outcome = String::new();
-    stdout.read_line(&mut outcome).unwrap();
+    let mut worker = RawWorker::spawn(confinement);
+    let result = worker.run(1, "async () => 1");
     let elapsed = started.elapsed();
-    assert!(hello.contains(r#""type":"hello""#), "{hello}");
-    assert!(outcome.contains(r#""result":1"#), "{outcome}");
-    let _ = child.kill();
-    let _ = child.wait();
+    assert_eq!(result, 1);
+    elapsed
+}
+
+/// The time of a fresh worker's second run, 100 sequential calls (the first, `async () =>
+/// 1`, warms both levels alike): a call's round trip with the filter on and off.
+fn second_run_of_100_calls(confinement: codemode_executor::Confinement) -> Duration {
+    let mut worker = RawWorker::spawn(confinement);
+    assert_eq!(worker.run(1, "async () => 1"), 1);
+    let started = std::time::Instant::now();
+    let result = worker
+        .run(2, "async () => { let s = 0; for (let i = 0; i < 100; i++) s += await store.one(i); return s }");
+    let elapsed = started.elapsed();
+    assert_eq!(result, 100);
     elapsed
 }
 
