@@ -101,6 +101,18 @@ const peers = {
 };
 const quickjs = getQuickJS();
 
+// The programs of benches/programs/ (the compute bench runs them on codemode-rs and bare
+// rquickjs), on node:vm: `store.orders()` is JSON.parse of the answer inside the context.
+const fs = require('node:fs');
+const path = require('node:path');
+const programFile = (name) => fs.readFileSync(path.join(__dirname, '..', 'programs', name), 'utf8').split('\n').slice(1).join('\n').trim();
+const rowsJson = JSON.stringify(Array.from({ length: 10000 }, (_, i) => ({ id: i, region: ['north', 'south', 'east', 'west'][i % 4], amount: (i * 37) % 1000, open: i % 3 !== 0 })));
+const computeWorkloads = [['compute mix', 'compute-mix.js', 15], ['JSON round trip of 2 MB', 'json.js', 15], ['10,000 records', 'records.js', 50]];
+const runInVm = (code) => {
+  const context = vm.createContext({ __answer: rowsJson });
+  return vm.runInContext(`const store = { orders: async () => JSON.parse(__answer) };\n(${code})()`, context);
+};
+
 (async () => {
   const only = process.argv[2];
   for (const [name, peer] of Object.entries(peers)) {
@@ -114,5 +126,13 @@ const quickjs = getQuickJS();
     emit('runs per second, one at a time', 1e6 / one, 'runs/s');
     emit('tool call overhead (100 sequential calls)', (hundred - zero) / 100, 'µs');
     emit('1 MiB Uint8Array to dispatch and back', bytes / 1000, 'ms');
+  }
+  if (!only || only === 'node:vm') {
+    for (const [workload, file, times] of computeWorkloads) {
+      const code = programFile(file);
+      await runInVm(code);
+      const median = await sample(times, () => runInVm(code));
+      console.log(JSON.stringify({ peer: 'node:vm', workload: `compute: ${workload}`, median: Math.round(median / 10) / 100, unit: 'ms' }));
+    }
   }
 })();

@@ -1,0 +1,95 @@
+//! Computation beside its floor (criterion, `cargo xtask bench`): each program of
+//! `benches/programs/` run by codemode-rs's `execute` and, in the same run, on bare
+//! rquickjs (the same vendored QuickJS, with no sandbox, limits, prelude or codec), the
+//! reference issue 15 measures against. `peers.js` runs the same files on node:vm.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_protocol::{Outcome, ProviderDescriptor, ToolCall, result_envelope};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+
+/// A program file without its first line (the comment saying what it is).
+fn program(source: &str) -> &str {
+    source.split_once('\n').map_or(source, |(_, body)| body).trim()
+}
+
+const COMPUTE_MIX: &str = include_str!("programs/compute-mix.js");
+const JSON: &str = include_str!("programs/json.js");
+const RECORDS: &str = include_str!("programs/records.js");
+
+/// The 10,000 rows `store.orders()` answers, as `peers.js` builds them.
+fn rows_json() -> String {
+    let rows: Vec<serde_json::Value> = (0..10_000)
+        .map(|i| {
+            let region = ["north", "south", "east", "west"][i % 4];
+            serde_json::json!({ "id": i, "region": region, "amount": (i * 37) % 1000, "open": i % 3 != 0 })
+        })
+        .collect();
+    serde_json::to_string(&rows).unwrap_or_default()
+}
+
+/// The program through `execute`; `store.orders()` answers `envelope` at once.
+fn request(source: &'static str, envelope: &Arc<str>) -> Request {
+    let envelope = envelope.clone();
+    Request::new(program(source))
+        .memory_limit_bytes(512 << 20)
+        .provider(ProviderDescriptor::new("store", ["orders"]))
+        .dispatch(move |_: ToolCall| {
+            let envelope = envelope.to_string();
+            async move { envelope }
+        })
+}
+
+/// The program on a fresh bare runtime and context: QuickJS's own allocator, no limits,
+/// no interrupt handler; `store.orders()` is `JSON.parse` of the answer, as a host
+/// without a codec would write it. Returns the result's JSON.
+fn bare(source: &str, answer: &str) -> String {
+    let runtime = rquickjs::Runtime::new().expect("a runtime");
+    let context = rquickjs::Context::full(&runtime).expect("a context");
+    context.with(|ctx| {
+        ctx.globals().set("__answer", answer).expect("a global");
+        let promise: rquickjs::Promise = ctx
+            .eval(format!(
+                "const store = {{ orders: async () => JSON.parse(__answer) }};\n({})()",
+                program(source)
+            ))
+            .expect("the program runs");
+        let value: rquickjs::Value = promise.finish().expect("the program settles");
+        ctx.json_stringify(value)
+            .ok()
+            .flatten()
+            .and_then(|text| text.to_string().ok())
+            .unwrap_or_default()
+    })
+}
+
+fn benches(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..ExecutorConfig::default() });
+    let rows = rows_json();
+    let value: serde_json::Value = serde_json::from_str(&rows).unwrap_or_default();
+    let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
+    let workloads = [("compute mix", COMPUTE_MIX), ("JSON round trip of 2 MB", JSON), ("10,000 records", RECORDS)];
+    for (_, source) in workloads {
+        let ours = rt.block_on(executor.execute(request(source, &envelope)));
+        let reference = bare(source, &rows);
+        let Outcome::Result { result: Some(result), .. } = &ours else { panic!("{ours:?}") };
+        assert_eq!(serde_json::to_string(result).unwrap_or_default(), reference, "both run the same program");
+    }
+    let mut group = c.benchmark_group("compute");
+    group.sample_size(20).measurement_time(Duration::from_secs(8));
+    for (name, source) in workloads {
+        group.bench_with_input(BenchmarkId::new(name, "codemode-rs"), &source, |b, &source| {
+            b.iter(|| rt.block_on(executor.execute(request(source, &envelope))))
+        });
+        group.bench_with_input(BenchmarkId::new(name, "bare rquickjs"), &source, |b, &source| {
+            b.iter(|| bare(source, &rows))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(compute, benches);
+criterion_main!(compute);
