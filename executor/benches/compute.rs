@@ -57,11 +57,7 @@ fn bare(source: &str, answer: &str) -> String {
             ))
             .expect("the program runs");
         let value: rquickjs::Value = promise.finish().expect("the program settles");
-        ctx.json_stringify(value)
-            .ok()
-            .flatten()
-            .and_then(|text| text.to_string().ok())
-            .unwrap_or_default()
+        ctx.json_stringify(value).ok().flatten().and_then(|text| text.to_string().ok()).unwrap_or_default()
     })
 }
 
@@ -71,7 +67,8 @@ fn benches(c: &mut Criterion) {
     let rows = rows_json();
     let value: serde_json::Value = serde_json::from_str(&rows).unwrap_or_default();
     let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
-    let workloads = [("compute mix", COMPUTE_MIX), ("JSON round trip of 2 MB", JSON), ("10,000 records", RECORDS)];
+    let workloads =
+        [("compute mix", COMPUTE_MIX), ("JSON round trip of 2 MB", JSON), ("10,000 records", RECORDS)];
     for (_, source) in workloads {
         let ours = rt.block_on(executor.execute(request(source, &envelope)));
         let reference = bare(source, &rows);

@@ -36,6 +36,10 @@ pub(crate) enum HostValue {
     Bytes(Vec<u8>),
     /// To the engine only: a fresh array.
     List(Vec<HostValue>),
+    /// To the engine only: this JSON text parsed natively, in a one-element array with no
+    /// prototype (so never a thenable), and no JavaScript string of it is made; the text itself, as a string, when the engine does
+    /// not parse it (its syntax is wrong, or the engine has no native path).
+    Json(String),
     /// To the engine only: the value of a built-in script of the runtime, compiled once per
     /// process where the engine can (as [`Engine::evaluate_builtin`]), evaluated now.
     Builtin(BuiltinScript),

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use codemode_protocol::{ToolCall, ToolNotFoundError, error_envelope, texts};
+use codemode_protocol::{BINARY_TAG, ToolCall, ToolNotFoundError, error_envelope, texts};
 
 use super::State;
 use crate::engine::{BuiltinScript, HostValue, Op};
@@ -27,7 +27,8 @@ use crate::watch::{
 const CALL_HOST_COST: usize = 128;
 const TIMER_HOST_COST: usize = 96;
 
-/// Calls awaiting the host, with what each holds of the budget.
+/// Calls awaiting the host, with what each holds of the budget and whether its answer
+/// may be handed over parsed.
 #[derive(Default)]
 pub(super) struct Calls {
     next: u64,
@@ -38,6 +39,8 @@ struct Open {
     cost: usize,
     /// What its end event repeats, when the run is watched.
     watched: Option<StartedCall>,
+    /// Its answer may be handed over parsed (the codec asked).
+    parsed: bool,
 }
 
 /// What a call is, for its events: provider, tool, arguments.
@@ -67,7 +70,7 @@ impl State {
     }
 
     /// Open a call holding `payload` bytes; `None` when the budget has no room for it.
-    fn open_call(&mut self, payload: usize, named: &Named<'_>) -> Option<u64> {
+    fn open_call(&mut self, payload: usize, named: &Named<'_>, parsed: bool) -> Option<u64> {
         let cost = payload + CALL_HOST_COST;
         if !self.budget.charge(cost) {
             return None;
@@ -78,7 +81,7 @@ impl State {
             watcher.call_started(id, named.0, named.1, named.2);
             StartedCall::new(id, named.0, named.1)
         });
-        self.calls.open.insert(id, Open { cost, watched });
+        self.calls.open.insert(id, Open { cost, watched, parsed });
         Some(id)
     }
 
@@ -91,8 +94,9 @@ impl State {
         watcher.call_ended(&started, Some(preview(error, TEXT_PREVIEW_BYTES)));
     }
 
-    /// Close a call with its answer; `false` when it was not open (already answered, or never was).
-    pub(super) fn finish_call(&mut self, id: u64, answer: &CallAnswer) -> bool {
+    /// Close a call with its answer: whether the answer may be handed over parsed; `None`
+    /// when it was not open (already answered, or never was).
+    pub(super) fn finish_call(&mut self, id: u64, answer: &CallAnswer) -> Option<bool> {
         match self.calls.open.remove(&id) {
             Some(open) => {
                 self.budget.refund(open.cost);
@@ -104,9 +108,9 @@ impl State {
                     };
                     watcher.call_ended(started, error);
                 }
-                true
+                Some(open.parsed)
             }
-            None => false,
+            None => None,
         }
     }
 
@@ -176,21 +180,35 @@ fn fetch_answer(answer: Result<crate::outbound::OutboundResponse, String>) -> Ho
     }
 }
 
+/// A tool's answer as the prelude receives it: parsed natively (`[envelope]`) when the
+/// codec asked for that and its text can hold no binary tag (not even one written with
+/// `\u` escapes), else the text. Only an object is parsed, so `[envelope]` is never
+/// taken for a refusal's `[text]`.
+pub(super) fn tool_answer(text: String, parsed: bool) -> HostValue {
+    let object = text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{');
+    if parsed && object && !text.contains(BINARY_TAG) && !text.contains("\\u") {
+        HostValue::Json(text)
+    } else {
+        HostValue::String(text)
+    }
+}
+
 /// Let a call leave: refused by a bound (as `[text]`), answered at once (`ready` of the
-/// answer), or under way (its id).
+/// answer, and whether it may be parsed), or under way (its id).
 fn leave(
     shared: &Rc<RefCell<State>>,
     payload: usize,
     named: Named<'_>,
+    parsed: bool,
     start: impl FnOnce(&Host, u64) -> Option<CallAnswer>,
-    ready: impl FnOnce(CallAnswer) -> HostValue,
+    ready: impl FnOnce(CallAnswer, bool) -> HostValue,
 ) -> Result<HostValue, String> {
     let mut state = shared.borrow_mut();
     if let Some(text) = state.refusal(payload) {
         state.refused_call(&named, &text);
         return Ok(refused(text));
     }
-    let Some(id) = state.open_call(payload, &named) else {
+    let Some(id) = state.open_call(payload, &named, parsed) else {
         let text = state.memory_text();
         state.refused_call(&named, &text);
         return Ok(refused(text));
@@ -200,7 +218,7 @@ fn leave(
     match start(&host, id) {
         Some(answer) => {
             shared.borrow_mut().finish_call(id, &answer);
-            Ok(ready(answer))
+            Ok(ready(answer, parsed))
         }
         None => Ok(HostValue::Number(id as f64)),
     }
@@ -216,6 +234,7 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 take_string(&mut args, 1),
                 take_string(&mut args, 2),
             );
+            let parsed = matches!(args.get(3), Some(HostValue::Bool(true)));
             let payload = call.provider.len() + call.tool.len() + call.args_json.len();
             if shared.borrow().host.dispatch.is_none() && shared.borrow().refusal(payload).is_none() {
                 let text = ToolNotFoundError::new(call.tool.clone()).to_string();
@@ -237,9 +256,10 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 &shared,
                 payload,
                 Named(&provider, &tool, &arguments),
+                parsed,
                 |host, id| host.tool_call(id, call),
-                |answer| match answer {
-                    CallAnswer::Tool(text) => HostValue::String(text),
+                |answer, parsed| match answer {
+                    CallAnswer::Tool(text) => tool_answer(text, parsed),
                     CallAnswer::Fetch(_) => HostValue::Undefined,
                 },
             )
@@ -289,8 +309,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 &shared,
                 payload,
                 named,
+                false,
                 |host, id| host.fetch(id, request),
-                |answer| match answer {
+                |answer, _| match answer {
                     CallAnswer::Fetch(answer) => fetch_answer(answer),
                     CallAnswer::Tool(_) => HostValue::Undefined,
                 },

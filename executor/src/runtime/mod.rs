@@ -654,9 +654,7 @@ impl<E: Engine> Execution<E> {
     }
 
     fn answer(&mut self, call: u64, answer: CallAnswer) {
-        if !self.state.borrow_mut().finish_call(call, &answer) {
-            return;
-        }
+        let Some(parsed) = self.state.borrow_mut().finish_call(call, &answer) else { return };
         self.callback_turn(|execution| {
             let (Some(engine), Some(handles)) = (execution.engine.as_mut(), execution.handles.as_ref())
             else {
@@ -664,9 +662,11 @@ impl<E: Engine> Execution<E> {
             };
             let id = Arg::Host(HostValue::Number(call as f64));
             let args = match answer {
-                CallAnswer::Tool(text) => {
-                    vec![Arg::Host(HostValue::Number(RECEIVE_ANSWER)), id, Arg::Host(HostValue::String(text))]
-                }
+                CallAnswer::Tool(text) => vec![
+                    Arg::Host(HostValue::Number(RECEIVE_ANSWER)),
+                    id,
+                    Arg::Host(calls::tool_answer(text, parsed)),
+                ],
                 CallAnswer::Fetch(Ok(response)) => vec![
                     Arg::Host(HostValue::Number(RECEIVE_RESPONSE)),
                     id,

@@ -90,7 +90,9 @@ const pending = { __proto__: null };
 const later = (id) => new PromiseConstructor((resolve, reject) => { pending[id] = [resolve, reject]; });
 
 // An op answers a call with the answer itself (ready at once), an id (answered later), or
-// [text] (refused by a bound).
+// [text] (refused by a bound). Asked with a fourth argument `true` (the codec does), the
+// answer may come as [envelope], parsed natively (docs/protocol.md); it is read from
+// `arguments` so that `__dispatch.length` stays 3.
 const dispatch = function __dispatch(provider, tool, argsJson) {
   const p = StringConstructor(provider);
   const t = StringConstructor(tool);
@@ -99,10 +101,11 @@ const dispatch = function __dispatch(provider, tool, argsJson) {
   const units = p.length + t.length + a.length;
   // The heads of its names and arguments (one unit past the preview, so it reads as cut) are for a watcher.
   if (units > maxPayloadBytes) return refuse(opRefuseLarge(units, p.slice(0, 1025), t.slice(0, 1025), a.slice(0, 257)));
-  const answer = opCall(p, t, a);
+  const answer = opCall(p, t, a, arguments.length > 3 && arguments[3] === true);
   if (typeof answer === 'string') return resolved(answer);
   if (typeof answer === 'number') return later(answer);
-  return refuse(answer[0]);
+  if (typeof answer[0] === 'string') return refuse(answer[0]);
+  return resolved(answer);
 };
 
 // A fetch answers [status, headersJson, ArrayBuffer], false-and-text for a failure, an id or [text].

@@ -410,6 +410,43 @@ async fn an_answer_outside_the_envelope() {
     );
 }
 
+/// Answers parsed natively (an object with no tag and no `\u` escape) and answers read by
+/// the codec from their text come out alike, late or at once, whatever a program did to
+/// Array.prototype.
+#[tokio::test]
+async fn answers_read_alike_whichever_path_parses_them() {
+    let answers = [
+        (r#"{"result":{"a":[1,"x",null],"b":true}}"#, r#"{"a":[1,"x",null],"b":true}"#),
+        (r#" {"result":"\u00e9t\u00e9"}"#, r#""été""#),
+        (r#"{"result":{"__executor_binary_v1__":"Uint8Array","data":"AQI="}}"#, r#"[1,2]"#),
+        (r#"{"error":"no such order"}"#, r#""no such order""#),
+        (r#"{"error":{"code":7}}"#, r#""{\"code\":7}""#),
+        (r#"{"nothing":1}"#, "null"),
+        (r#"{"result":1"#, r#""The dispatch answered outside the result envelope.""#),
+        ("[1]", r#""The dispatch answered outside the result envelope.""#),
+    ];
+    for late in [false, true] {
+        for (answer, expected) in answers {
+            let outcome = run(Request::new(
+                "async () => { Array.prototype.then = (ok) => ok('hijacked'); try { const v = await store.x(); return v instanceof Uint8Array ? Array.from(v) : v ?? null } catch (failure) { return failure.message } finally { delete Array.prototype.then } }",
+            )
+            .provider(store(&["x"]))
+            .dispatch(move |_call: ToolCall| async move {
+                if late {
+                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+                }
+                answer.to_owned()
+            }))
+            .await;
+            assert_eq!(
+                json(&outcome),
+                format!(r#"{{"result":{expected},"logs":[]}}"#),
+                "{answer} (late: {late})"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_tools_own_message_reaches_the_program_unchanged() {
     let dispatch = create_envelope_dispatch(Latch::open(), |_call: ToolCall| async {

@@ -303,6 +303,22 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
         HostValue::Bool(flag) => JsValue::new_bool(ctx.clone(), flag),
         HostValue::Number(number) => JsValue::new_number(ctx.clone(), number),
         HostValue::String(text) => rquickjs::String::from_str(ctx.clone(), &text)?.into_value(),
+        HostValue::Json(text) => match ctx.json_parse(text.as_bytes()) {
+            Ok(value) => {
+                // No prototype: the array goes through Promise.resolve, which must find no
+                // `then` a program put on Array.prototype (a string never had one).
+                let array = rquickjs::Array::new(ctx.clone())?;
+                array.set(0, value)?;
+                array.as_object().set_prototype(None)?;
+                array.into_value()
+            }
+            // A syntax error (or a stop, which JavaScript meets again at once) leaves the text
+            // to the codec's own path, which says what is wrong as it always did.
+            Err(_) => {
+                let _ = ctx.catch();
+                rquickjs::String::from_str(ctx.clone(), &text)?.into_value()
+            }
+        },
         HostValue::Bytes(bytes) => ArrayBuffer::new_copy(ctx.clone(), &bytes)?.into_value(),
         HostValue::Builtin(script) => {
             let bytecode = compiled(script.name, script.source);
