@@ -33,15 +33,16 @@ impl Account {
     }
 
     /// `charged` bytes went to the budget for a block that really takes `real` (and
-    /// replaced one of `replaced`, if any).
+    /// replaced one of `replaced`, if any). One atomic step at most: this runs on every
+    /// allocation and free of the engine.
     fn settle(&self, charged: usize, real: usize, replaced: usize) {
         if let Some(budget) = self.budget.get() {
-            if real > charged {
-                budget.charge_spent(real - charged);
-            } else {
-                budget.refund(charged - real);
+            let back = charged + replaced;
+            if real > back {
+                budget.charge_spent(real - back);
+            } else if back > real {
+                budget.refund(back - real);
             }
-            budget.refund(replaced);
         }
         self.used.set((self.used.get() + real).saturating_sub(replaced));
     }
