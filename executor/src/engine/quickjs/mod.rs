@@ -339,7 +339,9 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
     })
 }
 
-/// The bytecode of a built-in script, compiled on first use.
+/// The bytecode of a built-in script, compiled on first use. Without its source text:
+/// every engine loading it would hold its own copy (48 KiB per live engine), kept only for
+/// `Function.prototype.toString` of the runtime's own functions.
 fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
     type Cache = Mutex<HashMap<&'static str, Arc<Vec<u8>>>>;
     static COMPILED: OnceLock<Cache> = OnceLock::new();
@@ -351,7 +353,7 @@ fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
     let context = Context::full(&runtime).unwrap_or_else(|e| panic!("QuickJS context: {e}"));
     let bytecode = context.with(|ctx| {
         Module::declare(ctx.clone(), name, format!("export default {};", source()))
-            .and_then(|module| module.write(WriteOptions::default()))
+            .and_then(|module| module.write(WriteOptions { strip_source: true, ..WriteOptions::default() }))
             .unwrap_or_else(|e| panic!("the built-in source {name} compiles: {e}"))
     });
     let bytecode = Arc::new(bytecode);
