@@ -80,12 +80,29 @@ pub fn load_dir(dir: &Path) -> Result<Vec<(PathBuf, Transcript)>, LoadError> {
 pub fn load(path: &Path) -> Result<Transcript, LoadError> {
     let fail = |message: String| LoadError { path: path.to_path_buf(), message };
     let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read it: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| fail(format!("does not match transcript format v1: {e}")))
+    let transcript: Transcript =
+        serde_json::from_str(&text).map_err(|e| fail(format!("does not match transcript format v1: {e}")))?;
+    if transcript.request.events {
+        return Err(fail(NO_EVENTS.to_owned()));
+    }
+    Ok(transcript)
 }
+
+/// A transcript records outcomes, not progress, and the runner speaks wire version 1:
+/// version 3's `events` is no part of format v1.
+const NO_EVENTS: &str =
+    "does not match transcript format v1: unknown field `events` (a transcript's request asks for no events)";
 
 /// The JSON Schema of the transcript format, as committed in `conformance/transcript.schema.json`.
 pub fn schema() -> String {
-    let mut text = serde_json::to_string_pretty(&schemars::schema_for!(Transcript)).unwrap_or_default();
+    let mut schema = serde_json::to_value(schemars::schema_for!(Transcript)).unwrap_or_default();
+    // The wire's `events` (version 3) is no part of format v1: the loader refuses it.
+    if let Some(properties) =
+        schema.pointer_mut("/$defs/ExecuteRequest/properties").and_then(|p| p.as_object_mut())
+    {
+        properties.remove("events");
+    }
+    let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');
     text
 }

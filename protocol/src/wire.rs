@@ -18,8 +18,9 @@ pub const PROTOCOL_NAME: &str = "codemode";
 
 /// The newest protocol version this crate speaks. Version 2 adds, to version 1's
 /// messages, [`ClientMessage::Ping`] and [`ServerMessage::Pong`], [`ServerMessage::Draining`]
-/// and [`ServerMessage::Refused`].
-pub const PROTOCOL_VERSION: u32 = 2;
+/// and [`ServerMessage::Refused`]; version 3 adds the execute request's `events` and
+/// [`ServerMessage::Log`] and [`ServerMessage::Waiting`].
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest protocol version this crate still speaks.
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
@@ -72,6 +73,13 @@ pub struct ExecuteRequest {
     /// Bound on tool calls in flight at once (made and not yet answered).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_calls_in_flight: Option<u64>,
+    /// Version 3: report the run's log lines and waits as they happen
+    /// ([`ServerMessage::Log`], [`ServerMessage::Waiting`]). They are progress only: the
+    /// outcome still carries every log line. A server drops them rather than hold the run
+    /// for a client that reads slowly. Never sent on a connection below version 3 (a
+    /// version 2 server refuses the field).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub events: bool,
 }
 
 impl ExecuteRequest {
@@ -90,6 +98,7 @@ impl ExecuteRequest {
             max_result_bytes: None,
             max_log_bytes: None,
             max_calls_in_flight: None,
+            events: false,
         }
     }
 }
@@ -474,6 +483,45 @@ pub enum ServerMessage {
         /// The pinned text saying so.
         message: String,
     },
+    /// Version 3: one line of an execution's logs, sent as the program writes it, to a
+    /// client whose execute asked for `events`. The same line is in the outcome's `logs`;
+    /// only lines the outcome keeps are sent (the log limit's marker line too, as
+    /// `warn`), and a server may drop some for a client that reads slowly.
+    Log {
+        /// The execution that wrote it.
+        execution: u64,
+        /// Which console method wrote it.
+        level: LogLevel,
+        /// The line as the outcome keeps it (`console.warn`'s with its `[warn] ` prefix).
+        line: String,
+    },
+    /// Version 3: the execution has nothing to run until a call answers or a timer falls
+    /// due, sent to a client whose execute asked for `events` (not again while nothing
+    /// changed). Both zero: it waits on a promise nothing settles, and ends at its timeout.
+    Waiting {
+        /// The execution that waits.
+        execution: u64,
+        /// Its calls and fetches in flight (sent and not yet answered).
+        calls: u64,
+        /// Its timers pending.
+        timers: u64,
+    },
+}
+
+/// Which console method wrote a log line ([`ServerMessage::Log`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum LogLevel {
+    /// `console.log`.
+    Log,
+    /// `console.info`.
+    Info,
+    /// `console.debug`.
+    Debug,
+    /// `console.warn`, and the executor's own lines (the log limit's marker).
+    Warn,
+    /// `console.error`.
+    Error,
 }
 
 /// Why a daemon refused an execute ([`ServerMessage::Refused`]).

@@ -1,7 +1,8 @@
 //! Wire types: exact JSON both ways.
 
 use codemode_protocol::wire::{
-    ClientMessage, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage, negotiate,
+    ClientMessage, Hello, LogLevel, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage,
+    negotiate,
 };
 use codemode_protocol::{
     Binary, ExecuteRequest, Location, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
@@ -50,6 +51,16 @@ fn every_limit_crosses_the_wire() {
         r#"{"code":"1","timeoutMs":1000,"memoryLimitBytes":1048576,"maxPayloadBytes":64,"stackLimitBytes":262144,"maxResultBytes":4096,"maxLogBytes":512,"maxCallsInFlight":8}"#,
     );
     test_serialization(&ExecuteRequest::new("1"), r#"{"code":"1"}"#);
+}
+
+/// Version 3's `events`: absent unless asked for, so a request of versions 1 and 2 is
+/// the same bytes as before it existed.
+#[test]
+fn events_are_asked_for_only_in_version_3() {
+    let mut request = ExecuteRequest::new("1");
+    test_serialization(&request, r#"{"code":"1"}"#);
+    request.events = true;
+    test_serialization(&request, r#"{"code":"1","events":true}"#);
 }
 
 #[test]
@@ -213,10 +224,11 @@ fn a_deep_result_crosses_the_wire() {
 
 #[test]
 fn a_connection_speaks_the_newest_version_both_sides_speak() {
-    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 2));
+    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 3));
     assert_eq!(negotiate(1), Some(1));
     assert_eq!(negotiate(2), Some(2));
-    assert_eq!(negotiate(7), Some(2), "a newer client is answered with this side's newest");
+    assert_eq!(negotiate(3), Some(3));
+    assert_eq!(negotiate(7), Some(3), "a newer client is answered with this side's newest");
     assert_eq!(negotiate(0), None);
 }
 
@@ -228,7 +240,25 @@ fn messages() {
     );
     test_serialization(
         &ClientMessage::Hello(Hello::current()),
-        r#"{"type":"hello","protocol":"codemode","version":2}"#,
+        r#"{"type":"hello","protocol":"codemode","version":3}"#,
+    );
+    test_serialization(
+        &ServerMessage::Log { execution: 1, level: LogLevel::Warn, line: "[warn] low".into() },
+        r#"{"type":"log","execution":1,"level":"warn","line":"[warn] low"}"#,
+    );
+    for (level, name) in [
+        (LogLevel::Log, "log"),
+        (LogLevel::Info, "info"),
+        (LogLevel::Debug, "debug"),
+        (LogLevel::Warn, "warn"),
+        (LogLevel::Error, "error"),
+    ] {
+        let json = format!(r#"{{"type":"log","execution":2,"level":"{name}","line":"x"}}"#);
+        test_serialization(&ServerMessage::Log { execution: 2, level, line: "x".into() }, &json);
+    }
+    test_serialization(
+        &ServerMessage::Waiting { execution: 1, calls: 2, timers: 0 },
+        r#"{"type":"waiting","execution":1,"calls":2,"timers":0}"#,
     );
     test_serialization(&ClientMessage::Ping { id: 4 }, r#"{"type":"ping","id":4}"#);
     test_serialization(&ServerMessage::Pong { id: 4 }, r#"{"type":"pong","id":4}"#);
