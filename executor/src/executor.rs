@@ -120,7 +120,8 @@ impl Executor {
                 Ok(_) => {
                     let (request, delivery) = request.with_limits(&limits).watch_host_side();
                     let run = processes.execute(request, &limits);
-                    watch::delivered(run, delivery, Logs::WithOutcome, |outcome| outcome).await
+                    let ran = watch::delivered(run, delivery, |(outcome, logs)| (outcome, *logs)).await;
+                    ran.0
                 }
                 Err(refusal) => refusal_outcome(&refusal),
             };
@@ -248,7 +249,7 @@ impl Executor {
                 }
             }
         };
-        watch::delivered(settled, delivery, Logs::Live, |(outcome, _)| outcome).await
+        watch::delivered(settled, delivery, |(outcome, _)| (outcome, Logs::Live)).await
     }
 }
 

@@ -27,6 +27,9 @@ pub struct Request {
     pub(crate) local: LocalOverrides,
     /// The host's watch on the run ([`Request::on_event`]).
     pub(crate) on_event: Option<Callback>,
+    /// A watcher made already: the wire server's forwarder to its client, or (after
+    /// [`Request::watch_host_side`]) the one a wire's log and waiting messages reach.
+    pub(crate) watcher: Option<Watcher>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -51,6 +54,7 @@ impl Request {
             max_payload_bytes: None,
             local: LocalOverrides::default(),
             on_event: None,
+            watcher: None,
         }
     }
 
@@ -84,6 +88,7 @@ impl Request {
                 max_calls_in_flight: bytes(wire.max_calls_in_flight),
             },
             on_event: None,
+            watcher: None,
         }
     }
 
@@ -140,7 +145,9 @@ impl Request {
     /// A callback rather than a channel: the events are over when `execute` returns, so
     /// a host needs no task of its own to read them and cannot forget to. With
     /// [`crate::RemoteExecutor`] and process isolation, calls are reported as they reach
-    /// this host and log lines only when the outcome arrives; `Waiting` is not reported.
+    /// this host, and log lines and waits as the daemon or worker sends them (wire
+    /// protocol version 3); a peer of version 2 or older sends log lines only with the
+    /// outcome, and no waits.
     ///
     /// ```
     /// use std::sync::{Arc, Mutex};
@@ -166,6 +173,9 @@ impl Request {
     /// The watcher the run reports through and the delivery to the host's callback,
     /// when the request is watched.
     pub(crate) fn watch(&mut self) -> (Option<Watcher>, Option<Delivery>) {
+        if let Some(watcher) = self.watcher.take() {
+            return (Some(watcher), None);
+        }
         match self.on_event.take() {
             Some(callback) => {
                 let (watcher, delivery) = watch::channel(callback);
@@ -176,14 +186,22 @@ impl Request {
     }
 
     /// [`Request::watch`] for a run across a wire: calls are watched as they reach this
-    /// host (the request's dispatch and outbound handler report them).
+    /// host (the request's dispatch and outbound handler report them); the watcher stays
+    /// in the request for the wire's log and waiting messages.
     pub(crate) fn watch_host_side(mut self) -> (Request, Option<Delivery>) {
         let (watcher, delivery) = self.watch();
-        if let Some(watcher) = watcher {
-            self.dispatch = self.dispatch.take().map(|inner| watch::watched_dispatch(inner, &watcher));
-            self.outbound = self.outbound.take().map(|inner| watch::watched_outbound(inner, &watcher));
+        if let Some(watcher) = &watcher {
+            self.dispatch = self.dispatch.take().map(|inner| watch::watched_dispatch(inner, watcher));
+            self.outbound = self.outbound.take().map(|inner| watch::watched_outbound(inner, watcher));
         }
+        self.watcher = watcher;
         (self, delivery)
+    }
+
+    /// Watch the run with `watcher` (the wire server's forwarder).
+    pub(crate) fn forward_events(mut self, watcher: Watcher) -> Request {
+        self.watcher = Some(watcher);
+        self
     }
 
     /// The host's `fetch` handler; without one `fetch` rejects and the network stays closed.
@@ -249,6 +267,8 @@ impl Request {
             max_result_bytes: self.local.max_result_bytes.map(|b| b as u64),
             max_log_bytes: self.local.max_log_bytes.map(|b| b as u64),
             max_calls_in_flight: self.local.max_calls_in_flight.map(|b| b as u64),
+            // A sender speaking below version 3 clears it (such a peer refuses the field).
+            events: self.on_event.is_some() || self.watcher.is_some(),
         }
     }
 

@@ -6,6 +6,10 @@
 //! cannot hold an engine, a panicking one cannot unwind into it, and a program that
 //! makes events faster than the host reads them costs at most the queue: the overflow
 //! is counted and reported as [`Event::Dropped`].
+//!
+//! The one exception is the wire server's own forwarder ([`forwarding`]), crate code
+//! that never blocks: it runs on the engine's thread so that a log line leaves in
+//! program order with the calls that thread sends.
 
 use std::future::Future;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -13,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use codemode_protocol::wire::LogLevel;
 use codemode_protocol::{Answer, Dispatch, DispatchFuture, Outcome, ToolCall, read_answer};
 use tokio::sync::mpsc;
 
@@ -58,7 +63,8 @@ pub enum Event {
     Log { level: ConsoleLevel, line: String },
     /// The program has nothing to run until a call answers or a timer falls due: `calls`
     /// in flight and `timers` pending. Both zero means it waits on a promise nothing will
-    /// settle, and the run ends at its timeout. Reported by in-process runs only.
+    /// settle, and the run ends at its timeout. Across a wire, reported when the peer
+    /// speaks wire protocol version 3 or newer.
     Waiting { calls: usize, timers: usize },
     /// This many events did not fit the queue ([`EVENT_QUEUE`]) because the host read
     /// them slower than the program made them; they are lost to the watcher (the
@@ -86,6 +92,28 @@ impl ConsoleLevel {
             3 => ConsoleLevel::Warn,
             4 => ConsoleLevel::Error,
             _ => ConsoleLevel::Log,
+        }
+    }
+
+    /// The level as the wire says it.
+    pub(crate) fn to_wire(self) -> LogLevel {
+        match self {
+            ConsoleLevel::Log => LogLevel::Log,
+            ConsoleLevel::Info => LogLevel::Info,
+            ConsoleLevel::Debug => LogLevel::Debug,
+            ConsoleLevel::Warn => LogLevel::Warn,
+            ConsoleLevel::Error => LogLevel::Error,
+        }
+    }
+
+    /// The level a wire's log message says.
+    pub(crate) fn from_wire(level: LogLevel) -> ConsoleLevel {
+        match level {
+            LogLevel::Log => ConsoleLevel::Log,
+            LogLevel::Info => ConsoleLevel::Info,
+            LogLevel::Debug => ConsoleLevel::Debug,
+            LogLevel::Warn => ConsoleLevel::Warn,
+            LogLevel::Error => ConsoleLevel::Error,
         }
     }
 
@@ -153,8 +181,17 @@ struct Shared {
 /// The sending end: the runtime (or a wire's host side) reports through it and never waits.
 #[derive(Clone)]
 pub(crate) struct Watcher {
-    sender: mpsc::Sender<Event>,
+    sink: Sink,
     shared: Arc<Shared>,
+}
+
+/// Where a watcher's events go.
+#[derive(Clone)]
+enum Sink {
+    /// The bounded queue the host's callback is handed events from.
+    Queue(mpsc::Sender<Event>),
+    /// Crate code run at once, on the reporting thread ([`forwarding`]).
+    Direct(Callback),
 }
 
 impl Watcher {
@@ -164,9 +201,18 @@ impl Watcher {
     }
 
     fn send(&self, event: Event) {
+        let sender = match &self.sink {
+            Sink::Queue(sender) => sender,
+            Sink::Direct(forward) => {
+                // Crate code that does not panic; caught all the same, the engine's thread
+                // must never unwind.
+                let _ = catch_unwind(AssertUnwindSafe(|| forward(&event)));
+                return;
+            }
+        };
         let dropped = self.shared.dropped.load(Ordering::Acquire);
         if dropped > 0 {
-            match self.sender.try_send(Event::Dropped { events: dropped }) {
+            match sender.try_send(Event::Dropped { events: dropped }) {
                 Ok(()) => {
                     self.shared.dropped.fetch_sub(dropped, Ordering::AcqRel);
                 }
@@ -176,7 +222,7 @@ impl Watcher {
                 }
             }
         }
-        if self.sender.try_send(event).is_err() {
+        if sender.try_send(event).is_err() {
             self.shared.dropped.fetch_add(1, Ordering::AcqRel);
         }
     }
@@ -242,12 +288,26 @@ pub(crate) struct Delivery {
 /// A watcher and its delivery for `callback`.
 pub(crate) fn channel(callback: Callback) -> (Watcher, Delivery) {
     let (sender, receiver) = mpsc::channel(EVENT_QUEUE);
-    let shared = Arc::new(Shared {
+    let shared = new_shared();
+    (
+        Watcher { sink: Sink::Queue(sender), shared: shared.clone() },
+        Delivery { receiver, callback: Some(callback), shared },
+    )
+}
+
+/// A watcher that runs `forward` at once on the thread reporting each event, with no
+/// queue and no delivery: for the wire server, whose `forward` only queues a frame for
+/// its client (bounded, never waiting), so that log lines leave in order with calls.
+pub(crate) fn forwarding(forward: Callback) -> Watcher {
+    Watcher { sink: Sink::Direct(forward), shared: new_shared() }
+}
+
+fn new_shared() -> Arc<Shared> {
+    Arc::new(Shared {
         dropped: AtomicU64::new(0),
         last_waiting: Mutex::new(None),
         next_call: AtomicU64::new(0),
-    });
-    (Watcher { sender, shared: shared.clone() }, Delivery { receiver, callback: Some(callback), shared })
+    })
 }
 
 impl Delivery {
@@ -271,20 +331,21 @@ impl Delivery {
     }
 }
 
-/// Whether the logs reached the watcher live, or only with the outcome (a daemon, a worker process).
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// Whether the logs reached the watcher live, or only with the outcome (a daemon or a
+/// worker process speaking wire protocol version 2 or older).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Logs {
     Live,
     WithOutcome,
 }
 
 /// Run `run`, handing each event to the callback as it arrives; every event is handed
-/// over before the outcome is returned. Dropping this future drops the run.
+/// over before the outcome is returned, and the outcome's logs after them when they did
+/// not come live. Dropping this future drops the run.
 pub(crate) async fn delivered<T>(
     run: impl Future<Output = T>,
     delivery: Option<Delivery>,
-    logs: Logs,
-    outcome: impl Fn(&T) -> &Outcome,
+    outcome: impl Fn(&T) -> (&Outcome, Logs),
 ) -> T {
     let Some(mut delivery) = delivery else { return run.await };
     let mut run = std::pin::pin!(run);
@@ -300,12 +361,46 @@ pub(crate) async fn delivered<T>(
         }
     };
     delivery.drain();
+    let (outcome, logs) = outcome(&ended);
     if logs == Logs::WithOutcome {
-        for line in outcome(&ended).logs() {
+        for line in outcome.logs() {
             delivery.deliver(&Event::Log { level: ConsoleLevel::of_line(line), line: line.clone() });
         }
     }
     ended
+}
+
+/// What the host side of a wire reports of one run from the peer's `log` and `waiting`
+/// messages (wire protocol version 3), and the lines the peer dropped: the outcome keeps
+/// every line, so those it has beyond the ones heard are reported as [`Event::Dropped`].
+#[derive(Clone)]
+pub(crate) struct WireEvents {
+    watcher: Watcher,
+    heard: Arc<AtomicU64>,
+}
+
+impl WireEvents {
+    pub(crate) fn new(watcher: Watcher) -> WireEvents {
+        WireEvents { watcher, heard: Arc::default() }
+    }
+
+    pub(crate) fn log(&self, level: LogLevel, line: String) {
+        self.heard.fetch_add(1, Ordering::AcqRel);
+        self.watcher.emit(Event::Log { level: ConsoleLevel::from_wire(level), line });
+    }
+
+    pub(crate) fn waiting(&self, calls: u64, timers: u64) {
+        let count = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+        self.watcher.waiting(count(calls), count(timers));
+    }
+
+    /// The run's outcome arrived: the lines it keeps that were not heard were dropped.
+    pub(crate) fn ended(&self, outcome: &Outcome) {
+        let dropped = (outcome.logs().len() as u64).saturating_sub(self.heard.load(Ordering::Acquire));
+        if dropped > 0 {
+            self.watcher.emit(Event::Dropped { events: dropped });
+        }
+    }
 }
 
 /// A dispatch that reports each call of a run that crosses a wire as the host receives
@@ -404,7 +499,10 @@ mod tests {
         for n in 0..EVENT_QUEUE + 10 {
             watcher.emit(Event::Waiting { calls: n, timers: 0 });
         }
-        delivered(async {}, Some(delivery), Logs::Live, |_| unreachable!()).await;
+        delivered(async { Outcome::result(None, Vec::new()) }, Some(delivery), |outcome| {
+            (outcome, Logs::Live)
+        })
+        .await;
         let heard = heard.lock().unwrap();
         assert_eq!(heard.len(), EVENT_QUEUE + 1);
         assert_eq!(heard.last(), Some(&Event::Dropped { events: 10 }));

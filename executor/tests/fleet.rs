@@ -1,14 +1,15 @@
 //! The remote client over a fleet: it balances over daemons, goes elsewhere when a daemon
 //! refuses or fails before a call reached the host, never runs twice one that dispatched
 //! a call, finds a silent daemon by its keepalive, speaks version 1 to an older daemon,
-//! and follows a DNS name.
+//! and follows a DNS name. A watched run hears its log lines live (version 3), and the
+//! daemon sends them only to a client that asked, dropping what a slow one cannot take.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use codemode_executor::daemon::{Address, Daemon, DaemonConfig, RemoteOptions};
+use codemode_executor::daemon::{Address, Daemon, DaemonConfig, DaemonLimits, RemoteOptions};
 use codemode_executor::{Endpoints, Executor, ProviderDescriptor, RemoteExecutor, Request};
 use codemode_protocol::ToolCall;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -331,50 +332,198 @@ async fn a_daemon_sending_calls_without_end_is_held_to_the_calls_in_flight() {
     }
 }
 
-/// Watching a run on a daemon: its calls as they reach this host, its log lines with the outcome.
+/// Every event as a line.
+fn line(event: &codemode_executor::Event) -> String {
+    use codemode_executor::Event;
+    match event {
+        Event::CallStarted { call, provider, tool, arguments } => {
+            format!("start {call} {provider}.{tool} {arguments}")
+        }
+        Event::CallEnded { call, error, .. } => format!("end {call} {}", error.as_deref().unwrap_or("ok")),
+        Event::Log { level, line } => format!("log {level:?} {line}"),
+        Event::Waiting { calls, timers } => format!("waiting calls={calls} timers={timers}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Until `heard` has `wanted` (or two seconds passed): events reach the callback in the
+/// task awaiting `execute`, a moment after this host read them.
+async fn heard_by_then(heard: &Mutex<Vec<String>>, wanted: &str) -> bool {
+    for _ in 0..200 {
+        if heard.lock().unwrap().iter().any(|line| line == wanted) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Watching a run on a daemon (version 3): its log lines and waits as the daemon sends
+/// them, in order with its calls, and the outcome's logs not told twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_watched_run_on_a_daemon_reports_calls_live_and_logs_with_the_outcome() {
+async fn a_watched_run_on_a_daemon_hears_its_logs_as_they_happen() {
     use codemode_executor::Event;
     let (address, _drain) = daemon().await;
     let remote =
         RemoteExecutor::connect_fleet(Endpoints::Static(vec![address]), fleet_options()).await.unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));
-    let sink = events.clone();
+    let (sink, heard) = (events.clone(), events.clone());
+    // What the host had heard when each call reached it.
+    let before_calls = Arc::new(Mutex::new(Vec::new()));
+    let checks = before_calls.clone();
     let request = Request::new(
         "async () => { console.log('a'); const x = await store.find('x'); console.warn('b'); \
          return await store.find('y').catch((e) => e.message) }",
     )
     .provider(store())
-    .dispatch(|call: ToolCall| async move {
-        if call.args_json == r#"["x"]"# {
-            r#"{"result":1}"#.to_owned()
-        } else {
-            r#"{"error":"no y"}"#.to_owned()
+    .dispatch(move |call: ToolCall| {
+        let (heard, checks) = (heard.clone(), checks.clone());
+        async move {
+            if call.args_json == r#"["x"]"# {
+                let heard = heard_by_then(&heard, "log Log a").await;
+                checks.lock().unwrap().push(heard);
+                r#"{"result":1}"#.to_owned()
+            } else {
+                let heard = heard_by_then(&heard, "log Warn [warn] b").await;
+                checks.lock().unwrap().push(heard);
+                r#"{"error":"no y"}"#.to_owned()
+            }
         }
     })
-    .on_event(move |event: &Event| {
-        sink.lock().unwrap().push(match event {
-            Event::CallStarted { call, provider, tool, arguments } => {
-                format!("start {call} {provider}.{tool} {arguments}")
-            }
-            Event::CallEnded { call, error, .. } => {
-                format!("end {call} {}", error.as_deref().unwrap_or("ok"))
-            }
-            Event::Log { level, line } => format!("log {level:?} {line}"),
-            other => format!("{other:?}"),
-        })
-    });
+    .on_event(move |event: &Event| sink.lock().unwrap().push(line(event)));
     let outcome = remote.execute(request).await;
     assert_eq!(outcome.to_json_string(), r#"{"result":"no y","logs":["a","[warn] b"]}"#);
+    // Each line was heard before the call after it was answered, so before the outcome.
+    assert_eq!(*before_calls.lock().unwrap(), [true, true]);
+    let events = events.lock().unwrap();
+    let (waits, rest): (Vec<_>, Vec<_>) = events.iter().partition(|line| line.starts_with("waiting"));
     assert_eq!(
-        *events.lock().unwrap(),
+        rest,
         [
+            "log Log a",
             r#"start 1 store.find ["x"]"#,
             "end 1 ok",
+            "log Warn [warn] b",
             r#"start 2 store.find ["y"]"#,
             "end 2 no y",
-            "log Log a",
-            "log Warn [warn] b"
-        ]
+        ],
+        "{events:?}"
     );
+    // The run waited on each call.
+    assert!(!waits.is_empty() && waits.iter().all(|line| *line == "waiting calls=1 timers=0"), "{events:?}");
+}
+
+/// A daemon of version 2 has no log message: its log lines reach the watcher with the
+/// outcome, and the execute does not ask for events (it would refuse the field).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_daemon_tells_the_logs_with_the_outcome() {
+    let old = fake(|mut lines, mut write| async move {
+        let Ok(Some(_hello)) = lines.next_line().await else { return };
+        write_line(&mut write, HELLO_2).await;
+        while let Ok(Some(line)) = lines.next_line().await {
+            let message: serde_json::Value = serde_json::from_str(&line).unwrap();
+            if message["type"] == "execute" {
+                assert!(message["request"].get("events").is_none(), "{line}");
+                let id = &message["execution"];
+                let outcome = format!(
+                    r#"{{"type":"outcome","execution":{id},"outcome":{{"result":1,"logs":["a","[warn] b"]}}}}"#
+                );
+                write_line(&mut write, &outcome).await;
+            }
+        }
+    });
+    let remote = RemoteExecutor::connect_with(&old, fleet_options()).await.unwrap();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let request = Request::new("async () => 1")
+        .on_event(move |event: &codemode_executor::Event| sink.lock().unwrap().push(line(event)));
+    assert_eq!(remote.execute(request).await.to_json_string(), r#"{"result":1,"logs":["a","[warn] b"]}"#);
+    assert_eq!(*events.lock().unwrap(), ["log Log a", "log Warn [warn] b"]);
+}
+
+/// A raw client on the daemon's socket: its hello answered, then what it sends.
+async fn raw_client(
+    address: &str,
+    version: u32,
+) -> (tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>, tokio::net::unix::OwnedWriteHalf) {
+    let path = address.strip_prefix("unix:").unwrap();
+    let (read, mut write) = tokio::net::UnixStream::connect(path).await.unwrap().into_split();
+    let mut lines = BufReader::new(read).lines();
+    write_line(&mut write, &format!(r#"{{"type":"hello","protocol":"codemode","version":{version}}}"#)).await;
+    let hello = lines.next_line().await.unwrap().unwrap();
+    assert_eq!(hello, format!(r#"{{"type":"hello","protocol":"codemode","version":{version}}}"#));
+    (lines, write)
+}
+
+/// Every message of one execution until its outcome, as the client reads them.
+async fn until_outcome(
+    lines: &mut tokio::io::Lines<BufReader<tokio::net::unix::OwnedReadHalf>>,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let outcome = line.starts_with(r#"{"type":"outcome""#);
+        seen.push(line);
+        if outcome {
+            break;
+        }
+    }
+    seen
+}
+
+/// Log and waiting messages go only to a client of version 3 that asked for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_version_3_client_that_asks_gets_log_and_waiting_messages() {
+    let (address, _drain) = daemon().await;
+    let code = r#"async () => { console.log('a'); await new Promise((r) => setTimeout(r, 20)); return 1 }"#;
+    for (version, events, told) in [(2, true, false), (3, false, false), (3, true, true)] {
+        let (mut lines, mut write) = raw_client(&address, version).await;
+        let request = serde_json::json!({ "code": code, "events": events });
+        let execute = serde_json::json!({ "type": "execute", "execution": 1, "request": request });
+        write_line(&mut write, &execute.to_string()).await;
+        let seen = until_outcome(&mut lines).await;
+        let outcome = r#"{"type":"outcome","execution":1,"outcome":{"result":1,"logs":["a"]}}"#;
+        let expected = if told {
+            vec![
+                r#"{"type":"log","execution":1,"level":"log","line":"a"}"#,
+                r#"{"type":"waiting","execution":1,"calls":0,"timers":1}"#,
+                outcome,
+            ]
+        } else {
+            vec![outcome]
+        };
+        assert_eq!(seen, expected, "version {version}, events {events}");
+    }
+}
+
+/// A program logging without end, over a daemon whose client reads slowly: the daemon
+/// drops log messages rather than hold them (at most half its queue's bound), the run
+/// ends at its timeout, and the outcome still keeps every line within the log limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_logs_to_a_slow_client_is_dropped_not_held() {
+    let limits = DaemonLimits { max_queued_bytes: 64 << 10, ..DaemonLimits::default() };
+    let daemon = Daemon::bind_with(DaemonConfig::new(Address::Unix(temp("flood"))), limits).await.unwrap();
+    let address = daemon.address().to_string();
+    tokio::spawn(daemon.serve(Executor::default()));
+    let (mut lines, mut write) = raw_client(&address, 3).await;
+    let request = serde_json::json!({
+        "code": "async () => { for (;;) console.log('x'.repeat(1000)) }",
+        "events": true,
+        "timeoutMs": 500,
+        "maxLogBytes": 4 << 20,
+    });
+    let execute = serde_json::json!({ "type": "execute", "execution": 1, "request": request });
+    write_line(&mut write, &execute.to_string()).await;
+    // The client reads nothing while the program floods.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let seen = until_outcome(&mut lines).await;
+    let logs = seen.iter().filter(|line| line.starts_with(r#"{"type":"log""#)).count();
+    let last: serde_json::Value = serde_json::from_str(seen.last().unwrap()).unwrap();
+    let outcome = &last["outcome"];
+    assert_eq!(outcome["kind"], "timeout", "{outcome}");
+    let kept = outcome["logs"].as_array().unwrap().len();
+    // Every kept line cost 1001 bytes of the 4 MiB; the marker line is the last.
+    assert!(kept > 4000, "{kept}");
+    assert!(logs <= kept, "{logs} log messages, {kept} lines kept");
+    // The daemon held at most half of its 64 KiB queue of them (and the socket's buffers).
+    assert!(logs < kept / 2, "{logs} log messages of {kept} lines: none dropped");
 }

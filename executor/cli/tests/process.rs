@@ -177,3 +177,55 @@ async fn a_confined_worker_serves_one_execution() {
     }
     ready().await;
 }
+
+/// Watching a run in a worker process (wire version 3): its log lines reach the host as
+/// the worker writes them, in order with its calls, and the outcome's are not told twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_run_in_a_worker_hears_its_logs_as_they_happen() {
+    use codemode_executor::Event;
+    use std::sync::{Arc, Mutex};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let executor = isolated();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let (sink, heard) = (events.clone(), events.clone());
+    // Whether the line before the call had reached the host's callback when the call did.
+    let log_first = Arc::new(Mutex::new(None));
+    let check = log_first.clone();
+    let request = Request::new(
+        "async () => { console.log('a'); const x = await store.find(1); console.log('b'); return x }",
+    )
+    .provider(ProviderDescriptor::new("store", ["find"]))
+    .dispatch(move |_call: ToolCall| {
+        let (heard, check) = (heard.clone(), check.clone());
+        async move {
+            let mut seen = false;
+            for _ in 0..200 {
+                if heard.lock().unwrap().iter().any(|line: &String| line == "log a") {
+                    seen = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            *check.lock().unwrap() = Some(seen);
+            r#"{"result":7}"#.to_owned()
+        }
+    })
+    .on_event(move |event: &Event| {
+        let line = match event {
+            Event::CallStarted { call, provider, tool, arguments } => {
+                format!("start {call} {provider}.{tool} {arguments}")
+            }
+            Event::CallEnded { call, error, .. } => {
+                format!("end {call} {}", error.as_deref().unwrap_or("ok"))
+            }
+            Event::Log { line, .. } => format!("log {line}"),
+            Event::Waiting { .. } => return,
+            other => format!("{other:?}"),
+        };
+        sink.lock().unwrap().push(line);
+    });
+    let outcome = executor.execute(request).await;
+    assert_eq!(json(&outcome), r#"{"result":7,"logs":["a","b"]}"#);
+    assert_eq!(*log_first.lock().unwrap(), Some(true), "the log line was heard before the call's answer");
+    assert_eq!(*events.lock().unwrap(), ["log a", "start 1 store.find [1]", "end 1 ok", "log b"]);
+}

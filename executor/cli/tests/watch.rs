@@ -92,18 +92,19 @@ log: [warn] missing: Tool \"missing\" not found
 }
 
 #[test]
-fn trace_shows_the_calls_of_a_worker_process_and_its_logs_at_the_end() {
+fn trace_shows_the_calls_and_logs_of_a_worker_process_as_they_happen() {
     let (code, _, stderr) = run(PROGRAM, &["--trace", "--isolation", "process", "--confinement", "off"]);
     assert_eq!(code, 0, "{stderr}");
     let args = format!(r#"{{"id":7,"note":"{}…"#, "x".repeat(63));
+    // The same lines in the same order as in-process: `log: looking up 7` before the call.
     assert_eq!(
         timeless(&stderr),
         format!(
-            "→ store.get({args})
+            "log: looking up 7
+→ store.get({args})
 ← store.get N ms ok
 → store.missing(1,2)
 ← store.missing N ms error: Tool \"missing\" not found
-log: looking up 7
 log: [warn] missing: Tool \"missing\" not found
 "
         )
@@ -173,11 +174,22 @@ codemode: timeout error: Execution timed out after 1000 ms.
 
 #[test]
 fn ctrl_c_ends_the_run_with_its_logs_the_interrupted_text_and_exit_code_130() {
+    ctrl_c_keeps_the_logs_heard(&[]);
+}
+
+/// In a worker process the logs heard live are kept the same way.
+#[test]
+fn ctrl_c_keeps_the_logs_of_a_worker_process() {
+    ctrl_c_keeps_the_logs_heard(&["--isolation", "process", "--confinement", "off"]);
+}
+
+fn ctrl_c_keeps_the_logs_heard(args: &[&str]) {
     let dir = files(r#"async () => { console.log("a"); await new Promise(() => {}) }"#);
     let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .arg("run")
         .arg(dir.join("program.js"))
         .args(["--trace", "--output", "json"])
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

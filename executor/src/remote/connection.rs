@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::daemon::Address;
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::tls::Connector;
+use crate::watch::WireEvents;
 use crate::wire::admit::Admission;
 use crate::wire::{
     FrameError, FrameHead, FrameReader, FrameWriter, QuietStream, encode_frame, too_large_outcome,
@@ -59,6 +60,8 @@ pub(super) struct Pending {
     pub(super) dispatched: Arc<AtomicBool>,
     /// The bounds its calls and fetches are held to: the daemon is a peer like any other.
     pub(super) admission: Admission,
+    /// The host's watch, when the execute asked the daemon for its events (version 3).
+    pub(super) events: Option<WireEvents>,
 }
 
 /// Frames for the daemon, each checked against the bound before it is sent: written by
@@ -123,7 +126,7 @@ pub(super) struct Connection {
     /// The daemon said it drains: it refuses new executes.
     pub(super) draining: CancellationToken,
     /// The version this connection speaks.
-    version: u32,
+    pub(super) version: u32,
     opened: Instant,
     /// Milliseconds from `opened` to the last frame read.
     heard: AtomicU64,
@@ -406,7 +409,23 @@ where
             }
             ServerMessage::Outcome { execution, outcome } => {
                 if let Some(pending) = connection.pending().remove(&execution) {
+                    if let Some(events) = &pending.events {
+                        events.ended(&outcome);
+                    }
                     let _ = pending.done.send(Ended::Outcome(outcome));
+                }
+            }
+            // Reported by this reader, which dispatches the calls: so in order with them.
+            ServerMessage::Log { execution, level, line } => {
+                let events = connection.pending().get(&execution).and_then(|p| p.events.clone());
+                if let Some(events) = events {
+                    events.log(level, line);
+                }
+            }
+            ServerMessage::Waiting { execution, calls, timers } => {
+                let events = connection.pending().get(&execution).and_then(|p| p.events.clone());
+                if let Some(events) = events {
+                    events.waiting(calls, timers);
                 }
             }
             ServerMessage::Refused { execution, message, .. } => {

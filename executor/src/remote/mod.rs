@@ -39,7 +39,7 @@ use crate::config::Limits;
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::request::Request;
 use crate::tls::Connector;
-use crate::watch::{self, Logs};
+use crate::watch::{self, Logs, WireEvents};
 use crate::wire::admit::Admission;
 use crate::wire::encode_frame;
 
@@ -349,13 +349,19 @@ impl RemoteExecutor {
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Connection>, u64)>) {
         // The toolbox's execution ends with this run, however it ends (even dropped).
         let (request, _end) = request.open();
-        // Calls are watched as they reach this host; the logs come with the outcome.
+        // Calls are watched as they reach this host; the logs as the daemon sends them
+        // (version 3), or with the outcome.
         let (request, delivery) = request.watch_host_side();
         let run = self.run_watched(request, retain);
-        watch::delivered(run, delivery, Logs::WithOutcome, |(outcome, _)| outcome).await
+        let (outcome, on, _) = watch::delivered(run, delivery, |(outcome, _, logs)| (outcome, *logs)).await;
+        (outcome, on)
     }
 
-    async fn run_watched(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Connection>, u64)>) {
+    async fn run_watched(
+        &self,
+        request: Request,
+        retain: bool,
+    ) -> (Outcome, Option<(Arc<Connection>, u64)>, Logs) {
         let mut wire = request.to_wire();
         wire.retain_handles = retain;
         let max = self.fleet.options.max_frame_bytes;
@@ -370,7 +376,7 @@ impl RemoteExecutor {
                 let text = texts::DAEMON_UNREACHABLE.fill(&["no daemon is known"]);
                 let outcome =
                     failure.unwrap_or_else(|| Outcome::failure(OutcomeKind::Internal, text, Vec::new()));
-                return (outcome, None);
+                return (outcome, None, Logs::Live);
             };
             let _busy = InFlight::new(&remote);
             let connection = match remote.connection().await {
@@ -383,10 +389,14 @@ impl RemoteExecutor {
                 }
             };
             let execution = remote.next_execution.fetch_add(1, Ordering::Relaxed);
+            // Only a daemon of version 3 or newer knows `events`; an older one refuses it.
+            let events = request.watcher.clone().filter(|_| connection.version >= 3).map(WireEvents::new);
+            wire.events = events.is_some();
+            let logs = if wire.events { Logs::Live } else { Logs::WithOutcome };
             let message = ClientMessage::Execute { execution, request: wire.clone() };
             let Some(frame) = encode_frame(&message, max) else {
                 let text = texts::REQUEST_TOO_LARGE.fill(&[&max.to_string()]);
-                return (Outcome::failure(OutcomeKind::Invalid, text, Vec::new()), None);
+                return (Outcome::failure(OutcomeKind::Invalid, text, Vec::new()), None, Logs::Live);
             };
             let (done, ended) = oneshot::channel();
             let dispatched = Arc::new(AtomicBool::new(false));
@@ -396,6 +406,7 @@ impl RemoteExecutor {
                 done,
                 dispatched: dispatched.clone(),
                 admission: admission(&request),
+                events,
             };
             connection.pending().insert(execution, pending);
             let guard = CancelOnDrop { connection: connection.clone(), execution };
@@ -434,7 +445,7 @@ impl RemoteExecutor {
                 ),
             };
             drop(guard);
-            return (outcome, Some((connection, execution)));
+            return (outcome, Some((connection, execution)), logs);
         }
     }
 }

@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
+use codemode_protocol::wire::{ClientMessage, Hello, PROTOCOL_VERSION, ServerMessage};
 use codemode_protocol::{Dispatch, Outcome, OutcomeKind, texts};
 use tokio::io::{AsyncReadExt, BufReader};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
@@ -41,6 +41,7 @@ use crate::confine::{self, Confinement};
 use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
 use crate::outbound::Outbound;
 use crate::request::Request;
+use crate::watch::{Logs, WireEvents};
 
 /// The bytes of a worker's stderr kept (its last ones), for the log when it dies.
 pub(crate) const STDERR_TAIL: usize = 4 << 10;
@@ -68,6 +69,9 @@ struct Worker {
     frames: mpsc::Receiver<Result<ServerMessage, String>>,
     /// Each run has an id of its own, so an answer late for one run never meets the next.
     next_execution: u64,
+    /// The wire protocol version it answered the hello with: from 3 it sends log lines
+    /// and waits as they happen.
+    version: u32,
 }
 
 impl Drop for Worker {
@@ -86,6 +90,8 @@ struct Handlers {
     dispatch: Option<Arc<dyn Dispatch>>,
     outbound: Option<Arc<dyn Outbound>>,
     admission: Admission,
+    /// The host's watch, when the run asked the worker for its events.
+    events: Option<WireEvents>,
 }
 
 /// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
@@ -155,6 +161,19 @@ fn read_frames(
                             answer(ClientMessage::FetchAnswer { execution, call, answer: response });
                         },
                     );
+                    continue;
+                }
+                // Reported here, by the task that dispatches the calls, so in order with them.
+                Ok(Some(ServerMessage::Log { execution, level, line })) => {
+                    if let Some(events) = handlers(&serving, execution).events {
+                        events.log(level, line);
+                    }
+                    continue;
+                }
+                Ok(Some(ServerMessage::Waiting { execution, calls, timers })) => {
+                    if let Some(events) = handlers(&serving, execution).events {
+                        events.waiting(calls, timers);
+                    }
                     continue;
                 }
                 Ok(Some(message)) => Ok(message),
@@ -247,24 +266,33 @@ impl ProcessPool {
         ProcessPool { shared: Arc::new(shared) }
     }
 
-    pub(crate) async fn execute(&self, request: Request, limits: &Limits) -> Outcome {
+    /// The outcome, and whether its logs were reported as they happened.
+    pub(crate) async fn execute(&self, request: Request, limits: &Limits) -> (Outcome, Logs) {
         let shared = &self.shared;
         #[cfg(not(target_os = "linux"))]
         if shared.confinement == Confinement::Required {
-            return Outcome::failure(OutcomeKind::Invalid, confine::unavailable(), Vec::new());
+            return (Outcome::failure(OutcomeKind::Invalid, confine::unavailable(), Vec::new()), Logs::Live);
         }
         let taken = shared.take_idle();
         if shared.confinement.confines() {
             // Replace what this run uses before it starts, so the next one finds it ready.
             PoolShared::refill(shared);
         }
-        let mut worker = match taken {
+        let worker = match taken {
             Some(worker) => worker,
             None => match shared.spawn().await {
                 Ok(worker) => worker,
-                Err(problem) => return Outcome::failure(OutcomeKind::Internal, problem, Vec::new()),
+                Err(problem) => {
+                    return (Outcome::failure(OutcomeKind::Internal, problem, Vec::new()), Logs::Live);
+                }
             },
         };
+        let logs = if worker.version >= 3 { Logs::Live } else { Logs::WithOutcome };
+        (self.run_on(worker, request, limits).await, logs)
+    }
+
+    async fn run_on(&self, mut worker: Worker, request: Request, limits: &Limits) -> Outcome {
+        let shared = &self.shared;
         let timeout = limits.timeout;
         let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
         match tokio::time::timeout_at(deadline, run(&mut worker, &request, limits)).await {
@@ -322,8 +350,8 @@ impl PoolShared {
                 .map_err(|e| e.to_string())?;
             read_message::<_, ServerMessage>(&mut stdout).await
         };
-        match greeted.await {
-            Ok(Some(ServerMessage::Hello(_))) => {}
+        let version = match greeted.await {
+            Ok(Some(ServerMessage::Hello(hello))) => hello.version.min(PROTOCOL_VERSION),
             other => {
                 let problem = match other {
                     Err(problem) => problem,
@@ -334,7 +362,7 @@ impl PoolShared {
                 tracing::error!(pid = child.id(), status, stderr = %tail, "worker process failed to start");
                 return Err(format!("{problem} ({status}; its stderr ends: {tail})"));
             }
-        }
+        };
         if self.confinement.confines() {
             self.check_confined(&child)?;
         }
@@ -342,7 +370,7 @@ impl PoolShared {
         tokio::spawn(written);
         let serving = Serving::default();
         let frames = read_frames(stdout, input.clone(), serving.clone());
-        Ok(Worker { child, stderr, input, serving, frames, next_execution: 1 })
+        Ok(Worker { child, stderr, input, serving, frames, next_execution: 1, version })
     }
 
     /// The host's own look at a worker that says it is locked: `Err` at `required` when
@@ -440,14 +468,19 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
     let died = || texts::WORKER_PROCESS_DIED.to_owned();
     let execution = worker.next_execution;
     worker.next_execution += 1;
+    // Only a worker of version 3 or newer knows `events`; an older one refuses it.
+    let events = request.watcher.clone().filter(|_| worker.version >= 3).map(WireEvents::new);
     let handlers = Handlers {
         dispatch: request.dispatch.clone(),
         outbound: request.outbound.clone(),
         admission: Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight),
+        events: events.clone(),
     };
     *worker.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some((execution, handlers));
     let _served = Served(&worker.serving);
-    let execute = ClientMessage::Execute { execution, request: request.to_wire() };
+    let mut wire = request.to_wire();
+    wire.events = events.is_some();
+    let execute = ClientMessage::Execute { execution, request: wire };
     let sent = encode_frame(&execute, usize::MAX).is_some_and(|frame| worker.input.send(frame));
     if !sent {
         return Err(died());
@@ -455,6 +488,9 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
     loop {
         match worker.frames.recv().await {
             Some(Ok(ServerMessage::Outcome { execution: ended, outcome })) if ended == execution => {
+                if let Some(events) = &events {
+                    events.ended(&outcome);
+                }
                 return Ok(outcome);
             }
             Some(Ok(_)) => {}

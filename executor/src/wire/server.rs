@@ -49,6 +49,7 @@ use super::{
 };
 use crate::host::{CallAnswer, Claim, claim_call};
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
+use crate::watch::{self, Event};
 use crate::{Executor, Request, RetainedExecution};
 
 type Waiting = Arc<Mutex<HashMap<(u64, u64), Pending<String>>>>;
@@ -553,7 +554,15 @@ where
                     out: out.clone(),
                     waiting: fetch_waiting.clone(),
                 });
-                let request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
+                // Version 3: the run's log lines and waits go to the client as they happen.
+                let forwarder = (request.events && version >= 3)
+                    .then(|| Arc::new(EventForwarder::new(execution, out.clone())));
+                let mut request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
+                if let Some(forwarder) = &forwarder {
+                    let forwarder = forwarder.clone();
+                    let forward = watch::forwarding(Arc::new(move |event: &Event| forwarder.forward(event)));
+                    request = request.forward_events(forward);
+                }
                 let (executor, out, running_map, retained_map, unsent_ids) =
                     (executor.clone(), out.clone(), running.clone(), retained.clone(), unsent.clone());
                 let (waiting_map, fetch_waiting_map) = (waiting.clone(), fetch_waiting.clone());
@@ -575,6 +584,10 @@ where
                         } else {
                             executor.execute(request).await
                         };
+                        // Nothing after the outcome: a retained engine's late lines stay there.
+                        if let Some(forwarder) = &forwarder {
+                            forwarder.close();
+                        }
                         lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
                         lock(&fetch_waiting_map).retain(|(owner, _), _| *owner != execution);
                         let frame = out.outcome_frame(execution, outcome);
@@ -755,6 +768,21 @@ impl Outgoing {
         }
     }
 
+    /// Queue an event's message (a log line, a wait) if it fits in half the queue's
+    /// bound, so events never pause the connection nor crowd out calls and outcomes;
+    /// `false` when it was dropped instead (a client reading slowly, or past the frame
+    /// bound). Never waits: it runs on the engine's thread.
+    fn push_event(&self, message: &ServerMessage) -> bool {
+        let Some(frame) = encode_frame(message, self.shared.max_frame_bytes) else { return false };
+        let length = frame.len();
+        let room = self.shared.max_queued_bytes / 2;
+        let queued = self.shared.writer.queued();
+        let admitted = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
+            (queued.saturating_add(length) <= room).then_some(queued + length)
+        });
+        admitted.is_ok() && self.shared.writer.send_counted(frame, length)
+    }
+
     /// Queue an outcome once the queue is under its bound. One that waited while the
     /// client read nothing for the send timeout is dropped for a short failure, so a
     /// client that does not read holds only short outcomes.
@@ -860,6 +888,52 @@ impl Shared {
     fn stamp(opened: &Instant, stamp: &AtomicU64) {
         let now = u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         stamp.fetch_max(now, Ordering::AcqRel);
+    }
+}
+
+/// Sends one execution's log lines and waits to a client that asked for them (version
+/// 3). Called on the engine's thread as they happen, so they leave in program order with
+/// the calls that thread sends; what does not fit is dropped and counted, never waited
+/// for. The client reports calls itself, so call events are not sent.
+struct EventForwarder {
+    execution: u64,
+    out: Outgoing,
+    /// Until the outcome: nothing of the execution goes after it.
+    open: std::sync::atomic::AtomicBool,
+    dropped: AtomicU64,
+}
+
+impl EventForwarder {
+    fn new(execution: u64, out: Outgoing) -> EventForwarder {
+        EventForwarder { execution, out, open: true.into(), dropped: AtomicU64::new(0) }
+    }
+
+    fn forward(&self, event: &Event) {
+        if !self.open.load(Ordering::Acquire) {
+            return;
+        }
+        let execution = self.execution;
+        let message = match event {
+            Event::Log { level, line } => {
+                ServerMessage::Log { execution, level: level.to_wire(), line: line.clone() }
+            }
+            Event::Waiting { calls, timers } => {
+                ServerMessage::Waiting { execution, calls: *calls as u64, timers: *timers as u64 }
+            }
+            _ => return,
+        };
+        if !self.out.push_event(&message) {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The run is over; what was dropped is logged (the client learns it from the outcome).
+    fn close(&self) {
+        self.open.store(false, Ordering::Release);
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        if dropped > 0 {
+            tracing::debug!(dropped, "events dropped for a client reading slowly");
+        }
     }
 }
 
