@@ -61,7 +61,7 @@ impl Raw {
         raw.send(&format!(r#"{{"type":"hello","protocol":"codemode","version":{version}}}"#)).await;
         assert_eq!(
             raw.next().await.unwrap(),
-            format!(r#"{{"type":"hello","protocol":"codemode","version":{}}}"#, version.min(2))
+            format!(r#"{{"type":"hello","protocol":"codemode","version":{}}}"#, version.min(3))
         );
         raw
     }
@@ -163,16 +163,16 @@ async fn an_execute_racing_the_drain_gets_its_outcome_or_a_refusal_never_neither
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pings_are_answered_and_a_newer_client_is_answered_with_the_newest_version() {
     let daemon = Draining::start(Duration::from_secs(1)).await;
-    let mut v2 = Raw::hello(&daemon.path, 3).await;
-    v2.send(r#"{"type":"ping","id":41}"#).await;
-    assert_eq!(v2.next().await.unwrap(), r#"{"type":"pong","id":41}"#);
+    let mut newer = Raw::hello(&daemon.path, 4).await;
+    newer.send(r#"{"type":"ping","id":41}"#).await;
+    assert_eq!(newer.next().await.unwrap(), r#"{"type":"pong","id":41}"#);
     let stream = tokio::net::UnixStream::connect(&daemon.path).await.unwrap();
     let (read, mut write) = stream.into_split();
     write.write_all(b"{\"type\":\"hello\",\"protocol\":\"codemode\",\"version\":0}\n").await.unwrap();
     let mut lines = BufReader::new(read).lines();
     assert_eq!(
         lines.next_line().await.unwrap().unwrap(),
-        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 2; the client said codemode version 0"}"#
+        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 3; the client said codemode version 0"}"#
     );
 }
 

@@ -185,7 +185,8 @@ async fn a_watched_run_in_a_worker_hears_its_logs_as_they_happen() {
     use codemode_executor::Event;
     use std::sync::{Arc, Mutex};
     let _one = ONE_AT_A_TIME.lock().await;
-    let executor = isolated();
+    // Unconfined: no worker is started ahead of demand to outlive the test.
+    let executor = isolated_at(Confinement::Off);
     let events = Arc::new(Mutex::new(Vec::new()));
     let (sink, heard) = (events.clone(), events.clone());
     // Whether the line before the call had reached the host's callback when the call did.

@@ -24,7 +24,9 @@
 //! holds [`ServeOptions::max_queued_bytes`] the connection reads nothing (so starts
 //! nothing) and outcomes wait for room; one that waited while the client read nothing
 //! for [`ServeOptions::send_timeout`] is dropped for a short one
-//! ([`texts::CLIENT_NOT_READING`]).
+//! ([`texts::CLIENT_NOT_READING`]). A run's `log` and `waiting` messages (version 3, for
+//! an execute that asked) are queued only while the queue holds less than half its bound
+//! and dropped otherwise: progress never holds a run or the daemon's memory.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
