@@ -65,6 +65,25 @@ fn a_transcript_that_does_not_match_the_format_names_its_file_and_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The wire's `events` (version 3) asks for progress, which a transcript does not record.
+#[test]
+fn a_transcript_asking_for_events_is_refused() {
+    let dir = std::env::temp_dir().join(format!("codemode-events-transcript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("events.json"),
+        r#"{"name":"x","section":"y","request":{"code":"1","events":true},"outcome":{"logs":[]}}"#,
+    )
+    .unwrap();
+    let error = load_dir(&dir).unwrap_err();
+    assert!(
+        error.message.starts_with("does not match transcript format v1: unknown field `events`"),
+        "{}",
+        error.message
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
     let (_, mut transcript) =
