@@ -253,6 +253,8 @@ impl Request {
     }
 
     /// The wire's form of this request (what crosses to a worker process or a daemon).
+    /// A watched request asks for `events` (wire version 3); a sender speaking to an older
+    /// peer clears it.
     pub fn to_wire(&self) -> ExecuteRequest {
         ExecuteRequest {
             code: self.code.clone(),
