@@ -42,8 +42,14 @@ fn root() -> PathBuf {
 
 /// Our crates: the vendored QuickJS fork is a member only to be packaged with them, and
 /// keeps its upstream's formatting and lints.
-const OURS: [&str; 5] =
-    ["codemode-protocol", "codemode-executor", "codemode-cli", "codemode-conformance", "xtask"];
+const OURS: [&str; 6] = [
+    "codemode-protocol",
+    "codemode-executor",
+    "codemode-cli",
+    "codemode-conformance",
+    "xtask",
+    "codemode-devtools",
+];
 const NOT_OURS: [&str; 4] = ["--exclude", "codemode-rquickjs-sys", "--exclude", "codemode-rquickjs-core"];
 
 fn cargo(args: &[&str]) -> Result<(), String> {
