@@ -228,11 +228,14 @@ const parseAnswer = (text) => {
   }
 };
 
-// Read an answer as envelope.rs's read_answer does.
+// Read an answer as envelope.rs's read_answer does. A host asked for it (the fourth
+// argument of dispatch) may hand the envelope already parsed, as [envelope], when the
+// answer's text can hold no binary tag: there is then nothing to splice or decode.
 const readAnswer = (answer) => {
-  if (typeof answer !== 'string') throw fail(texts.outside);
-  const taken = spliceAnswer(answer);
-  let envelope = parseAnswer(taken === undefined ? answer : taken[0]);
+  const parsed = isArray(answer) && answer.length === 1;
+  if (!parsed && typeof answer !== 'string') throw fail(texts.outside);
+  const taken = parsed ? undefined : spliceAnswer(answer);
+  let envelope = parsed ? answer[0] : parseAnswer(taken === undefined ? answer : taken[0]);
   if (envelope === null || typeof envelope !== 'object' || isArray(envelope)) {
     throw fail(texts.outside);
   }
@@ -243,6 +246,7 @@ const readAnswer = (answer) => {
     throw fail(typeof error === 'string' ? error : apply(jsonStringify, JSONObject, [error]));
   }
   if (!hasOwn(envelope, 'result')) return undefined;
+  if (parsed) return envelope.result;
   spliced = taken === undefined ? undefined : taken[1];
   try {
     return decodeBinary(envelope.result);
@@ -254,7 +258,7 @@ const readAnswer = (answer) => {
 const tool = (provider, name, positional) => async (...args) => {
   const payload = positional ? args : args.length === 0 || args[0] === undefined ? {} : args[0];
   const site = new ErrorConstructor();
-  const answer = await dispatch(provider, name, stringifyForDispatch(payload));
+  const answer = await dispatch(provider, name, stringifyForDispatch(payload), true);
   callSite = site;
   try {
     return readAnswer(answer);
