@@ -72,43 +72,34 @@ fn trace_prints_each_call_and_log_line_on_stderr_as_it_happens() {
             .to_owned()
             + "\n"
     );
+    assert_eq!(timeless(&stderr), expected_trace());
+    // -v is the same, and without it stderr stays quiet.
+    assert_eq!(timeless(&run(PROGRAM, &["-v"]).2), timeless(&stderr));
+    assert_eq!(run(PROGRAM, &[]).2, "");
+}
+
+/// What `--trace` prints for `PROGRAM`, durations written as `N ms`; the arguments are
+/// cut to 80 characters.
+fn expected_trace() -> String {
     let args = format!(r#"{{"id":7,"note":"{}…"#, "x".repeat(63));
-    assert_eq!(args.chars().count(), 80, "the arguments are cut to 80 characters");
-    assert_eq!(
-        timeless(&stderr),
-        format!(
-            "log: looking up 7
+    assert_eq!(args.chars().count(), 80);
+    format!(
+        "log: looking up 7
 → store.get({args})
 ← store.get N ms ok
 → store.missing(1,2)
 ← store.missing N ms error: Tool \"missing\" not found
 log: [warn] missing: Tool \"missing\" not found
 "
-        )
-    );
-    // -v is the same, and without it stderr stays quiet.
-    assert_eq!(timeless(&run(PROGRAM, &["-v"]).2), timeless(&stderr));
-    assert_eq!(run(PROGRAM, &[]).2, "");
+    )
 }
 
 #[test]
 fn trace_shows_the_calls_and_logs_of_a_worker_process_as_they_happen() {
     let (code, _, stderr) = run(PROGRAM, &["--trace", "--isolation", "process", "--confinement", "off"]);
     assert_eq!(code, 0, "{stderr}");
-    let args = format!(r#"{{"id":7,"note":"{}…"#, "x".repeat(63));
     // The same lines in the same order as in-process: `log: looking up 7` before the call.
-    assert_eq!(
-        timeless(&stderr),
-        format!(
-            "log: looking up 7
-→ store.get({args})
-← store.get N ms ok
-→ store.missing(1,2)
-← store.missing N ms error: Tool \"missing\" not found
-log: [warn] missing: Tool \"missing\" not found
-"
-        )
-    );
+    assert_eq!(timeless(&stderr), expected_trace());
 }
 
 #[test]
