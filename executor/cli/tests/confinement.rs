@@ -136,11 +136,13 @@ fn assert_locked(pid: u32, namespaces: bool) {
 /// Wait until a worker is ready (the pool keeps one ahead of demand) and, if `locked`,
 /// done starting: its main thread under its filter (one still starting is not yet
 /// offered to a run; the host checks it after its hello). A worker that never locks
-/// fails the checks after the deadline.
-async fn ready_workers(locked: bool) -> BTreeSet<u32> {
+/// fails the checks after the deadline. Workers in `before` are left out: one that served a
+/// run, or belonged to an executor since dropped, is being killed and closes what it holds
+/// while it is read.
+async fn ready_workers(locked: bool, before: &BTreeSet<u32>) -> BTreeSet<u32> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let pids = worker_pids();
+        let pids: BTreeSet<u32> = worker_pids().difference(before).copied().collect();
         let started = |pid: &u32| {
             let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
             !locked || field(&status, "Seccomp:") == "2"
@@ -159,6 +161,7 @@ async fn every_confined_worker_is_locked_as_the_host_sees_it() {
         let executor = executor_on(engine, Confinement::Required, namespaces);
         let mut checked = 0;
         for n in 0..3 {
+            let before = worker_pids();
             let outcome = executor
                 .execute(
                     Request::new(format!("async () => [await store.get({n}), new Date(0).getTime()]"))
@@ -169,7 +172,7 @@ async fn every_confined_worker_is_locked_as_the_host_sees_it() {
                 )
                 .await;
             assert_eq!(json(&outcome), format!(r#"{{"result":[[{n}],0],"logs":[]}}"#));
-            for pid in ready_workers(true).await {
+            for pid in ready_workers(true, &before).await {
                 assert_locked(pid, namespaces);
                 checked += 1;
             }
@@ -182,10 +185,11 @@ async fn every_confined_worker_is_locked_as_the_host_sees_it() {
 async fn a_worker_is_started_with_an_empty_environment_and_a_bounded_stderr() {
     let _one = ONE_AT_A_TIME.lock().await;
     // Unconfined too: the environment is the host's decision, not the worker's.
+    let before = worker_pids();
     let executor = executor(Confinement::Off, true);
     let outcome = executor.execute(Request::new("async () => 1")).await;
     assert_eq!(json(&outcome), r#"{"result":1,"logs":[]}"#);
-    let pids = ready_workers(false).await;
+    let pids = ready_workers(false, &before).await;
     assert_eq!(pids.len(), 1);
     for pid in pids {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();

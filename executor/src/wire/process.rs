@@ -52,6 +52,10 @@ const EXIT_WAIT: Duration = Duration::from_secs(1);
 /// How long past the deadline a worker process may take to answer before it is killed.
 pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
 
+/// How long a run with no worker ready waits for one already starting before it starts
+/// its own.
+const START_WAIT: Duration = Duration::from_secs(2);
+
 pub(crate) use crate::config::WorkerCommand;
 
 struct Worker {
@@ -244,6 +248,10 @@ struct PoolShared {
     keep_idle: usize,
     /// Workers being started ahead of demand now.
     starting: AtomicUsize,
+    /// Told each time a worker started ahead of demand is ready (or failed to start).
+    started: tokio::sync::Notify,
+    /// Runs waiting for one of those; never more than are starting, so each has its own.
+    waiting: AtomicUsize,
 }
 
 impl ProcessPool {
@@ -262,6 +270,8 @@ impl ProcessPool {
             idle: Mutex::new(Vec::new()),
             keep_idle: keep_idle.max(1),
             starting: AtomicUsize::new(0),
+            started: tokio::sync::Notify::new(),
+            waiting: AtomicUsize::new(0),
         };
         ProcessPool { shared: Arc::new(shared) }
     }
@@ -273,8 +283,16 @@ impl ProcessPool {
         if shared.confinement == Confinement::Required {
             return (Outcome::failure(OutcomeKind::Invalid, confine::unavailable(), Vec::new()), Logs::Live);
         }
-        let taken = shared.take_idle();
+        let mut taken = shared.take_idle();
         if shared.confinement.confines() {
+            let waiting = shared.waiting.fetch_add(1, Ordering::SeqCst);
+            if taken.is_none() && waiting < shared.starting.load(Ordering::SeqCst) {
+                // One is on its way for this run: waiting for it is sooner than starting
+                // another beside it on the same cores.
+                let _ = tokio::time::timeout(START_WAIT, shared.started.notified()).await;
+                taken = shared.take_idle();
+            }
+            shared.waiting.fetch_sub(1, Ordering::SeqCst);
             // Replace what this run uses before it starts, so the next one finds it ready.
             PoolShared::refill(shared);
         }
@@ -420,6 +438,7 @@ impl PoolShared {
                 if let Ok(worker) = started {
                     shared.put_idle(worker);
                 }
+                shared.started.notify_one();
             });
         }
     }
