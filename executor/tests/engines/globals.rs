@@ -102,3 +102,63 @@ async fn a_global_written_by_one_execution_is_absent_in_the_next() {
         r#"{"result":["undefined","undefined"],"logs":[]}"#
     );
 }
+
+/// What a program sees of the global object on QuickJS, pinned whole: every own name in
+/// order, its `typeof`, whether it is `in` the global, and its attributes (`d` data or `a`
+/// accessor, then writable, enumerable, configurable). A change to how the engine or the
+/// prelude builds the global (intrinsics added late, say) must leave this line unchanged.
+#[tokio::test]
+async fn the_global_object_is_pinned_on_quickjs() {
+    if engine() != codemode_executor::EngineKind::QuickJs {
+        return;
+    }
+    // Every descriptor is read before any value: reading a web global installs them all.
+    let code = "async () => {
+      const names = Object.getOwnPropertyNames(globalThis);
+      const flags = names.map((n) => {
+        const d = Object.getOwnPropertyDescriptor(globalThis, n);
+        return ('value' in d ? 'd' : 'a') + (d.writable ? 'w' : '-') + (d.enumerable ? 'e' : '-') + (d.configurable ? 'c' : '-');
+      });
+      const symbols = Object.getOwnPropertySymbols(globalThis).map(String).join(' ');
+      const keys = Object.keys(globalThis).join(' ');
+      const seen = names.map((n, i) => n + ':' + flags[i] + ':' + (n in globalThis ? '' : 'absent:') + typeof globalThis[n]);
+      const same = Object.getOwnPropertyNames(globalThis).join(' ') === names.join(' ');
+      return seen.join(' ') + ' | ' + symbols + ' | ' + keys + ' | names unchanged by touch: ' + same;
+    }";
+    assert_eq!(outcome(code).await, PINNED_GLOBALS);
+}
+
+const PINNED_GLOBALS: &str = concat!(
+    r#"{"result":""#,
+    "Object:dw-c:function Function:dw-c:function Error:dw-c:function ",
+    "EvalError:dw-c:function RangeError:dw-c:function ReferenceError:dw-c:function ",
+    "SyntaxError:dw-c:function TypeError:dw-c:function URIError:dw-c:function ",
+    "InternalError:dw-c:function AggregateError:dw-c:function ",
+    "SuppressedError:dw-c:function Iterator:dw-c:function Array:dw-c:function ",
+    "parseInt:dw-c:function parseFloat:dw-c:function isNaN:dw-c:function ",
+    "isFinite:dw-c:function queueMicrotask:a--c:function decodeURI:dw-c:function ",
+    "decodeURIComponent:dw-c:function encodeURI:dw-c:function ",
+    "encodeURIComponent:dw-c:function escape:dw-c:function unescape:dw-c:function ",
+    "Infinity:d---:number NaN:d---:number undefined:d---:undefined eval:dw-c:function ",
+    "Number:dw-c:function Boolean:dw-c:function String:dw-c:function Math:dw-c:object ",
+    "Reflect:dw-c:object Symbol:dw-c:function DisposableStack:dw-c:function ",
+    "globalThis:dw-c:object BigInt:dw-c:function Date:dw-c:function RegExp:dw-c:function ",
+    "JSON:dw-c:object Proxy:dw-c:function Map:dw-c:function Set:dw-c:function ",
+    "WeakMap:dw-c:function WeakSet:dw-c:function ArrayBuffer:dw-c:function ",
+    "SharedArrayBuffer:dw-c:function Uint8ClampedArray:dw-c:function ",
+    "Int8Array:dw-c:function Uint8Array:dw-c:function Int16Array:dw-c:function ",
+    "Uint16Array:dw-c:function Int32Array:dw-c:function Uint32Array:dw-c:function ",
+    "BigInt64Array:dw-c:function BigUint64Array:dw-c:function Float16Array:dw-c:function ",
+    "Float32Array:dw-c:function Float64Array:dw-c:function DataView:dw-c:function ",
+    "Atomics:dw-c:object Promise:dw-c:function AsyncDisposableStack:dw-c:function ",
+    "WeakRef:dw-c:function FinalizationRegistry:dw-c:function DOMException:dw-c:function ",
+    "btoa:a--c:function atob:a--c:function performance:dwec:object ",
+    "__dispatch:dwec:function __bytesToBase64:dwec:function __base64ToBytes:dwec:function ",
+    "console:dwec:object setTimeout:dwec:function setInterval:dwec:function ",
+    "clearTimeout:dwec:function clearInterval:dwec:function TextEncoder:a--c:function ",
+    "TextDecoder:a--c:function structuredClone:a--c:function Headers:a--c:function ",
+    "Response:a--c:function fetch:a--c:function | Symbol(Symbol.toStringTag) | ",
+    "performance __dispatch __bytesToBase64 __base64ToBytes console setTimeout ",
+    "setInterval clearTimeout clearInterval | names unchanged by touch: true",
+    r#"","logs":[]}"#
+);
