@@ -596,14 +596,20 @@ where
                         // Counted live until its outcome is queued, so a client that does not
                         // read holds its executions' places; no longer cancellable, so a
                         // cancel now cannot make a second outcome.
-                        let _unsent = Unsent::record(&unsent_ids, execution);
+                        let unsent = Unsent::record(&unsent_ids, execution);
                         if lock(&running_map).remove(&execution).is_none() {
                             return;
                         }
-                        let kind = out.push_outcome(execution, frame).await;
-                        // Its place is given back before it is counted as ended, so a scrape
-                        // that sees the end sees it out of flight too.
-                        drop(slot.take());
+                        // Its places (on the connection and in the daemon) are given back as
+                        // the outcome is queued, before the client can read it and send the
+                        // next execute, and before it is counted as ended, so a scrape that
+                        // sees the end sees it out of flight too.
+                        let kind = out
+                            .push_outcome(execution, frame, || {
+                                drop(unsent);
+                                drop(slot.take());
+                            })
+                            .await;
                         let engine = executor.config().engine.name();
                         crate::metrics::ended(kind.as_str());
                         crate::metrics::execution_duration(engine, started.elapsed());
@@ -787,12 +793,21 @@ impl Outgoing {
 
     /// Queue an outcome once the queue is under its bound. One that waited while the
     /// client read nothing for the send timeout is dropped for a short failure, so a
-    /// client that does not read holds only short outcomes.
-    async fn push_outcome(&self, execution: u64, frame: OutcomeFrame) -> OutcomeKind {
+    /// client that does not read holds only short outcomes. `queued` runs once the outcome
+    /// has its place in the queue and before the client can read it, so what it gives back
+    /// (the execution's places) is free by the time the client sends its next execute.
+    async fn push_outcome(&self, execution: u64, frame: OutcomeFrame, queued: impl FnOnce()) -> OutcomeKind {
         let OutcomeFrame { message, length, kind } = frame;
+        let mut release = Some(queued);
+        let mut release = move || {
+            if let Some(release) = release.take() {
+                release();
+            }
+        };
         let waiting_since = Instant::now();
         loop {
             if self.is_closed() {
+                release();
                 return kind;
             }
             let queued = self.shared.writer.queued();
@@ -800,6 +815,7 @@ impl Outgoing {
                 (queued < self.shared.max_queued_bytes).then_some(queued + length)
             });
             if admitted.is_ok() {
+                release();
                 match encode_frame(&message, usize::MAX) {
                     Some(bytes) => drop(self.shared.writer.send_counted(bytes, length)),
                     None => drop(queued.fetch_sub(length, Ordering::AcqRel)),
@@ -816,6 +832,7 @@ impl Outgoing {
                 super::give_back_memory();
                 let text = texts::CLIENT_NOT_READING.fill(&[&limit.as_millis().to_string()]);
                 let outcome = Outcome::failure(OutcomeKind::Internal, text, Vec::new());
+                release();
                 let _ = self.push(ServerMessage::Outcome { execution, outcome });
                 return OutcomeKind::Internal;
             }
