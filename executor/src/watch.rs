@@ -72,60 +72,29 @@ pub enum Event {
     Dropped { events: u64 },
 }
 
-/// Which console method wrote a log line.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ConsoleLevel {
-    Log,
-    Info,
-    Debug,
-    Warn,
-    Error,
+/// Which console method wrote a log line: the wire's own type, so a line crosses a
+/// daemon or worker with no conversion.
+pub use codemode_protocol::wire::LogLevel as ConsoleLevel;
+
+/// The level the prelude's console passes with each line (the same numbers there).
+pub(crate) fn level_from_number(n: f64) -> LogLevel {
+    match n as u8 {
+        1 => LogLevel::Info,
+        2 => LogLevel::Debug,
+        3 => LogLevel::Warn,
+        4 => LogLevel::Error,
+        _ => LogLevel::Log,
+    }
 }
 
-impl ConsoleLevel {
-    /// The level the prelude's console passes with each line (the same numbers there).
-    pub(crate) fn from_number(n: f64) -> ConsoleLevel {
-        match n as u8 {
-            1 => ConsoleLevel::Info,
-            2 => ConsoleLevel::Debug,
-            3 => ConsoleLevel::Warn,
-            4 => ConsoleLevel::Error,
-            _ => ConsoleLevel::Log,
-        }
-    }
-
-    /// The level as the wire says it.
-    pub(crate) fn to_wire(self) -> LogLevel {
-        match self {
-            ConsoleLevel::Log => LogLevel::Log,
-            ConsoleLevel::Info => LogLevel::Info,
-            ConsoleLevel::Debug => LogLevel::Debug,
-            ConsoleLevel::Warn => LogLevel::Warn,
-            ConsoleLevel::Error => LogLevel::Error,
-        }
-    }
-
-    /// The level a wire's log message says.
-    pub(crate) fn from_wire(level: LogLevel) -> ConsoleLevel {
-        match level {
-            LogLevel::Log => ConsoleLevel::Log,
-            LogLevel::Info => ConsoleLevel::Info,
-            LogLevel::Debug => ConsoleLevel::Debug,
-            LogLevel::Warn => ConsoleLevel::Warn,
-            LogLevel::Error => ConsoleLevel::Error,
-        }
-    }
-
-    /// The level of a line read back from an outcome's logs (by its prefix).
-    fn of_line(line: &str) -> ConsoleLevel {
-        if line.starts_with("[warn] ") || line.starts_with("[codemode] ") {
-            ConsoleLevel::Warn
-        } else if line.starts_with("[error] ") {
-            ConsoleLevel::Error
-        } else {
-            ConsoleLevel::Log
-        }
+/// The level of a line read back from an outcome's logs (by its prefix).
+fn level_of_line(line: &str) -> LogLevel {
+    if line.starts_with("[warn] ") || line.starts_with("[codemode] ") {
+        LogLevel::Warn
+    } else if line.starts_with("[error] ") {
+        LogLevel::Error
+    } else {
+        LogLevel::Log
     }
 }
 
@@ -364,7 +333,7 @@ pub(crate) async fn delivered<T>(
     let (outcome, logs) = outcome(&ended);
     if logs == Logs::WithOutcome {
         for line in outcome.logs() {
-            delivery.deliver(&Event::Log { level: ConsoleLevel::of_line(line), line: line.clone() });
+            delivery.deliver(&Event::Log { level: level_of_line(line), line: line.clone() });
         }
     }
     ended
@@ -386,7 +355,7 @@ impl WireEvents {
 
     pub(crate) fn log(&self, level: LogLevel, line: String) {
         self.heard.fetch_add(1, Ordering::AcqRel);
-        self.watcher.emit(Event::Log { level: ConsoleLevel::from_wire(level), line });
+        self.watcher.emit(Event::Log { level, line });
     }
 
     pub(crate) fn waiting(&self, calls: u64, timers: u64) {

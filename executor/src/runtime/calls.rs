@@ -19,8 +19,8 @@ use crate::engine::{BuiltinScript, HostValue, Op};
 use crate::host::{CallAnswer, Host};
 use crate::outbound::OutboundRequest;
 use crate::watch::{
-    ARGUMENTS_PREVIEW_BYTES as ARGUMENTS_BOUND, ConsoleLevel, FETCH_PROVIDER, StartedCall,
-    TEXT_PREVIEW_BYTES, answer_error, fetch_arguments, preview,
+    ARGUMENTS_PREVIEW_BYTES as ARGUMENTS_BOUND, FETCH_PROVIDER, StartedCall, TEXT_PREVIEW_BYTES,
+    answer_error, fetch_arguments, preview,
 };
 
 /// What the host budget is charged for a call in flight beyond its payload, and for a timer.
@@ -351,7 +351,7 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 Some(HostValue::String(line)) => Some(std::mem::take(line)),
                 _ => None,
             };
-            let level = ConsoleLevel::from_number(number(&args, 2));
+            let level = crate::watch::level_from_number(number(&args, 2));
             Ok(HostValue::Bool(shared.borrow_mut().log(line, level)))
         })
     };

@@ -28,9 +28,10 @@ use crate::budget::Budget;
 use crate::config::Limits;
 use crate::engine::{Arg, Engine, EngineSetup, HostValue, PROGRAM_SCRIPT, PromiseState, Stopper, Thrown};
 use crate::host::{CallAnswer, Host};
-use crate::watch::{ConsoleLevel, Event as Watched, Watcher};
+use crate::watch::{Event as Watched, Watcher};
 use crate::watchdog::Watchdog;
 use calls::Calls;
+use codemode_protocol::wire::LogLevel;
 use timers::Timers;
 
 /// How long a retained engine's callback (a timer, a call's answer) may run once the run has settled.
@@ -199,7 +200,7 @@ pub(crate) struct State {
 impl State {
     /// Keep a log line, or stop logs with the marker line once past the bound. Only a
     /// kept line is watched, so the log bound bounds the watcher's lines too.
-    fn log(&mut self, line: Option<String>, level: ConsoleLevel) -> bool {
+    fn log(&mut self, line: Option<String>, level: LogLevel) -> bool {
         if self.logs_stopped {
             return false;
         }
@@ -209,7 +210,7 @@ impl State {
         if self.log_bytes.saturating_add(cost) > limit {
             self.logs_stopped = true;
             let marker = texts::LOG_LIMIT_REACHED.fill(&[&limit.to_string()]);
-            self.watch_log(ConsoleLevel::Warn, &marker);
+            self.watch_log(LogLevel::Warn, &marker);
             let _ = self.events.send(Event::Log(marker));
             return false;
         }
@@ -223,7 +224,7 @@ impl State {
         true
     }
 
-    fn watch_log(&self, level: ConsoleLevel, line: &str) {
+    fn watch_log(&self, level: LogLevel, line: &str) {
         if let Some(watcher) = &self.watch {
             watcher.emit(Watched::Log { level, line: line.to_owned() });
         }
@@ -597,7 +598,7 @@ impl<E: Engine> Execution<E> {
                 continue;
             }
             let text = self.describe(&reason);
-            self.state.borrow_mut().log(Some(texts::UNHANDLED_REJECTION.fill(&[&text])), ConsoleLevel::Warn);
+            self.state.borrow_mut().log(Some(texts::UNHANDLED_REJECTION.fill(&[&text])), LogLevel::Warn);
         }
     }
 

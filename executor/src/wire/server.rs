@@ -933,9 +933,7 @@ impl EventForwarder {
         }
         let execution = self.execution;
         let message = match event {
-            Event::Log { level, line } => {
-                ServerMessage::Log { execution, level: level.to_wire(), line: line.clone() }
-            }
+            Event::Log { level, line } => ServerMessage::Log { execution, level: *level, line: line.clone() },
             Event::Waiting { calls, timers } => {
                 ServerMessage::Waiting { execution, calls: *calls as u64, timers: *timers as u64 }
             }
