@@ -21,6 +21,19 @@ fn benches(c: &mut Criterion) {
     group.bench_function("async () => 1, one at a time", |b| {
         b.iter(|| rt.block_on(one_worker.execute(Request::new("async () => 1"))))
     });
+    // As an agent's runs arrive: apart, with the pool idle in between (the pause is not timed).
+    group.bench_function("async () => 1, after a pause of 2 ms", |b| {
+        b.iter_custom(|iterations| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iterations {
+                std::thread::sleep(Duration::from_millis(2));
+                let started = std::time::Instant::now();
+                rt.block_on(one_worker.execute(Request::new("async () => 1")));
+                total += started.elapsed();
+            }
+            total
+        })
+    });
     const BATCH: u64 = 200;
     group.throughput(Throughput::Elements(BATCH));
     group.bench_function("async () => 1, 200 at once on every core", |b| {

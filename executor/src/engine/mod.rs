@@ -99,7 +99,7 @@ pub(crate) struct Rejection<V> {
 /// Stops an engine from any thread: what runs ends, and nothing runs after.
 pub(crate) type Stopper = Arc<dyn Fn() + Send + Sync>;
 
-/// What an engine is made with.
+/// What an engine is armed with for its one execution.
 pub(crate) struct EngineSetup {
     /// Heap allocations are charged here; one refused puts the budget over its limit.
     pub(crate) budget: Arc<Budget>,
@@ -109,19 +109,29 @@ pub(crate) struct EngineSetup {
 }
 
 /// One execution's JavaScript engine, used from the thread that made it.
+///
+/// An engine is made ahead of demand on an idle thread ([`Engine::new`]), where the
+/// runtime evaluates its own built-ins in it, then armed for exactly one execution
+/// ([`Engine::arm`]) before any program source reaches it.
 pub(crate) trait Engine: Sized {
     /// A handle to a JavaScript value that stays valid while the engine lives.
     type Value: Clone;
-    /// An empty engine made ahead of time on an idle thread, for one execution only.
-    type Blank;
 
     /// A short name for texts and benches: `quickjs`, `v8`.
     const NAME: &'static str;
     /// How the columns of the engine's stacks and positions count.
     const COLUMNS: ColumnUnit;
 
-    fn blank() -> Self::Blank;
-    fn new(blank: Option<Self::Blank>, setup: EngineSetup) -> Result<Self, String>;
+    /// A new engine on this thread for executions with these limits. Until it is armed its
+    /// allocations are counted but charged to no budget, and nothing can stop it: only the
+    /// runtime's built-ins run in it.
+    fn new(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Self, String>;
+    /// Whether this engine, made by [`Engine::new`], can be armed with these limits (V8
+    /// fixes an isolate's heap limit when it is made).
+    fn fits(&self, memory_limit_bytes: usize, stack_limit_bytes: usize) -> bool;
+    /// Arm the engine for its one execution: every byte it holds and allocates from now on
+    /// is charged to `setup.budget`, and `setup.stop` stops it.
+    fn arm(&mut self, setup: EngineSetup);
     /// Evaluate a built-in script of the runtime; the engine may compile `source` once per process.
     fn evaluate_builtin(
         &mut self,

@@ -5,7 +5,7 @@
 //! dispatch or outbound handler, and answers with the answer itself when it was ready at
 //! once, or an id the runtime delivers the answer under later.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -225,10 +225,20 @@ fn leave(
 }
 
 /// The ops the prelude receives, each closing over the execution's state.
-pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
+/// Where the ops find their execution's state: the ops are made with the warm engine,
+/// before the execution they serve is known, and it is set once when it starts.
+pub(crate) type StateSlot = Rc<OnceCell<Rc<RefCell<State>>>>;
+
+/// The state of the execution an op serves.
+fn started(slot: &StateSlot) -> Result<&Rc<RefCell<State>>, String> {
+    slot.get().ok_or_else(|| "codemode: a host function was called before its execution started".to_owned())
+}
+
+pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
     let call: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |mut args| {
+            let shared = started(&slot)?;
             let call = ToolCall::new(
                 take_string(&mut args, 0),
                 take_string(&mut args, 1),
@@ -253,7 +263,7 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 Default::default()
             };
             leave(
-                &shared,
+                shared,
                 payload,
                 Named(&provider, &tool, &arguments),
                 parsed,
@@ -268,8 +278,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
     // A call whose text is past the payload bound in UTF-16 units: refused with that count,
     // which is at most its bytes, without copying it out of the engine.
     let refuse_large: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |mut args| {
+            let shared = started(&slot)?;
             let units = number(&args, 0);
             let units = if units.is_finite() && units > 0.0 { units as usize } else { 0 };
             let mut state = shared.borrow_mut();
@@ -284,8 +295,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
         })
     };
     let fetch: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |mut args| {
+            let shared = started(&slot)?;
             let headers: Vec<(String, String)> = serde_json::from_str(&string(&args, 2)).unwrap_or_default();
             let request = OutboundRequest {
                 method: take_string(&mut args, 0),
@@ -306,7 +318,7 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
                 return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
             }
             leave(
-                &shared,
+                shared,
                 payload,
                 named,
                 false,
@@ -319,8 +331,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
         })
     };
     let timer: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |args| {
+            let shared = started(&slot)?;
             let mut state = shared.borrow_mut();
             if !state.budget.charge(TIMER_HOST_COST) {
                 return Err(state.memory_text());
@@ -332,8 +345,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
         })
     };
     let clear_timer: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |args| {
+            let shared = started(&slot)?;
             let id = number(&args, 0);
             if id.is_finite() && id >= 1.0 {
                 let mut state = shared.borrow_mut();
@@ -345,8 +359,9 @@ pub(super) fn ops(state: &Rc<RefCell<State>>) -> Vec<(&'static str, Op)> {
         })
     };
     let log: Op = {
-        let shared = state.clone();
+        let slot = slot.clone();
         Rc::new(move |mut args| {
+            let shared = started(&slot)?;
             let line = match args.get_mut(0) {
                 Some(HostValue::String(line)) => Some(std::mem::take(line)),
                 _ => None,

@@ -1,7 +1,7 @@
 //! The runtime: the rules of one execution, written once above every engine.
 //!
-//! It boots the prelude (host functions, console, timers, web globals) and the codec,
-//! runs the entry scope, and then drives the engine from its thread: answers arriving
+//! It boots the prelude (host functions, console, timers, web globals) and the codec in
+//! an engine made ahead of demand (`warm.rs`), runs the entry scope, and then drives the engine from its thread: answers arriving
 //! from the host, timers falling due, the deadline and the host's cancel. It owns the
 //! call table and its bounds, the timer schedule, the log budget, rejection tracking,
 //! the memory budget's host side and the settlement with its texts, and reports the
@@ -11,6 +11,7 @@
 mod calls;
 mod prelude;
 mod timers;
+mod warm;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -33,6 +34,8 @@ use crate::watchdog::Watchdog;
 use calls::Calls;
 use codemode_protocol::wire::LogLevel;
 use timers::Timers;
+use warm::Builtins;
+pub(crate) use warm::Warm;
 
 /// How long a retained engine's callback (a timer, a call's answer) may run once the run has settled.
 const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
@@ -232,8 +235,8 @@ impl State {
 }
 
 /// Run one execution on this thread, from its entry scope to its end.
-pub(crate) fn run<E: Engine>(job: Job, blank: Option<E::Blank>) {
-    let mut execution = match catch_unwind(AssertUnwindSafe(|| Execution::<E>::start(job, blank))) {
+pub(crate) fn run<E: Engine>(job: Job, warm: Option<Warm<E>>) {
+    let mut execution = match catch_unwind(AssertUnwindSafe(|| Execution::<E>::start(job, warm))) {
         Ok(execution) => execution,
         Err(_) => return,
     };
@@ -244,6 +247,8 @@ struct Execution<E: Engine> {
     program: ProgramMap,
     /// Declared before the engine: handles go first.
     handles: Option<Handles<E::Value>>,
+    /// The warm engine's prelude and codec, until the boot takes them.
+    builtins: Option<Builtins<E::Value>>,
     state: Rc<RefCell<State>>,
     settlement: Option<Settlement>,
     reported: bool,
@@ -259,13 +264,14 @@ struct Execution<E: Engine> {
 impl<E: Engine> Drop for Execution<E> {
     fn drop(&mut self) {
         self.handles = None;
+        self.builtins = None;
         self.engine = None;
         self.control.ended.store(true, Ordering::Release);
     }
 }
 
 impl<E: Engine> Execution<E> {
-    fn start(job: Job, blank: Option<E::Blank>) -> Execution<E> {
+    fn start(job: Job, warm: Option<Warm<E>>) -> Execution<E> {
         let budget = Arc::new(Budget::new(job.limits.memory_limit_bytes));
         let state = Rc::new(RefCell::new(State {
             limits: job.limits.clone(),
@@ -282,6 +288,7 @@ impl<E: Engine> Execution<E> {
         let mut execution = Execution {
             program: job.program,
             handles: None,
+            builtins: None,
             state,
             settlement: None,
             reported: false,
@@ -298,8 +305,18 @@ impl<E: Engine> Execution<E> {
             stack_limit_bytes: job.limits.stack_limit_bytes,
             stop: Arc::new(AtomicBool::new(false)),
         };
-        let engine = match catch_unwind(AssertUnwindSafe(|| E::new(blank, setup))) {
-            Ok(Ok(engine)) => engine,
+        let limits = &job.limits;
+        let warm = catch_unwind(AssertUnwindSafe(|| match warm {
+            Some(warm) if warm.fits(limits) => Ok(warm),
+            other => {
+                // V8 enters an isolate when it is made and leaves it when dropped, in
+                // reverse order: an unfit engine goes before its replacement is made.
+                drop(other);
+                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes)
+            }
+        }));
+        let Warm { builtins, slot, mut engine } = match warm {
+            Ok(Ok(warm)) => warm,
             Ok(Err(text)) => {
                 execution.settle(Settlement::Failed(OutcomeKind::Internal, text));
                 return execution;
@@ -309,21 +326,22 @@ impl<E: Engine> Execution<E> {
                 return execution;
             }
         };
+        engine.arm(setup);
         let _ = job.control.stopper.set(engine.stopper());
         if job.control.stopped() {
             engine.stopper()();
         }
+        let _ = slot.set(execution.state.clone());
+        execution.builtins = Some(builtins);
         execution.engine = Some(engine);
         execution.turn(|execution| execution.boot(&job.scope_source));
         execution
     }
 
-    /// Evaluate the prelude and the codec, then the entry scope.
+    /// Give the booted prelude this execution's limits, then run the entry scope.
     fn boot(&mut self, scope_source: &str) -> Result<(), Failure<E::Value>> {
-        let ops = calls::ops(&self.state);
-        let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
-        let ops = engine.native_object(&ops).map_err(Failure::from)?;
-        let boot = engine.evaluate_builtin("codemode:prelude", prelude::source).map_err(Failure::from)?;
+        // Locals: they are dropped on return, before a failed boot disposes of the engine.
+        let Builtins { configure, exports, codec } = self.builtins.take().ok_or(Failure::Gone)?;
         let (max_log, max_result, has_outbound, max_payload) = {
             let state = self.state.borrow();
             let limits = &state.limits;
@@ -334,11 +352,11 @@ impl<E: Engine> Execution<E> {
                 limits.max_payload_bytes,
             )
         };
-        let exports = engine
+        let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
+        engine
             .call(
-                &boot,
+                &configure,
                 &[
-                    Arg::Value(&ops),
                     Arg::Host(HostValue::Number(max_log as f64)),
                     Arg::Host(HostValue::Number(max_result as f64)),
                     Arg::Host(HostValue::Bool(has_outbound)),
@@ -357,9 +375,6 @@ impl<E: Engine> Execution<E> {
         let start = export(engine, 1)?;
         self.handles = Some(Handles { prelude, run: None, unhandled: HashMap::new(), next_rejection: 0 });
         let engine = self.engine.as_mut().ok_or(Failure::Gone)?;
-        let codec = engine
-            .evaluate_builtin("codemode:codec", codemode_protocol::codec_source)
-            .map_err(Failure::from)?;
         let scope = engine.evaluate(&format!("({scope_source})")).map_err(Failure::Syntax)?;
         let run = engine.call(&start, &[Arg::Value(&scope), Arg::Value(&codec)]).map_err(Failure::from)?;
         if let Some(handles) = self.handles.as_mut() {
@@ -751,6 +766,7 @@ impl<E: Engine> Execution<E> {
     /// The engine and its handles, out of the live count (they are freed when dropped).
     fn take_engine(&mut self) -> Option<(Option<Handles<E::Value>>, E)> {
         let handles = self.handles.take();
+        self.builtins = None;
         let engine = self.engine.take();
         self.live = None;
         Some((handles, engine?))

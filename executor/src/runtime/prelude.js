@@ -1,7 +1,8 @@
 // The runtime's JavaScript side, the same on every engine: the host functions the codec
 // reads, console, timers, the web globals, and the helpers the runtime calls to settle a
-// run. prelude.rs wraps this body as `((texts) => (ops, maxLogBytes, maxResultBytes,
-// hasOutbound, maxPayloadBytes) => { ... })(texts)`. It runs before any provider or program source and
+// run. prelude.rs wraps this body in a function of `ops` that also returns `configure`, which
+// sets maxLogBytes, maxResultBytes, hasOutbound and maxPayloadBytes once the execution is
+// known (the body runs on an idle thread ahead of it). It runs before any provider or program source and
 // captures every intrinsic it uses, so a program that rewrites globals changes nothing here.
 'use strict';
 const global = globalThis;

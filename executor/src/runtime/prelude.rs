@@ -23,8 +23,10 @@ pub(super) fn web_source() -> String {
     WEB.to_owned()
 }
 
-/// A script evaluating to `(ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => [receive,
-/// start, finish, describe, refusalText, stackOf]`.
+/// A script evaluating to `(ops) => [configure, [receive, start, finish, describe,
+/// refusalText, stackOf]]`: the boot runs on an idle thread before any execution is known,
+/// and `configure(maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes)` gives it the
+/// execution's limits once one is.
 pub(super) fn source() -> String {
     let texts = serde_json::json!({
         "unprintable": texts::UNPRINTABLE_THROWN_VALUE,
@@ -32,6 +34,12 @@ pub(super) fn source() -> String {
         "webGlobals": WEB_GLOBALS,
     });
     format!(
-        "((texts) => (ops, maxLogBytes, maxResultBytes, hasOutbound, maxPayloadBytes) => {{\n{PRELUDE}\n}})({texts})"
+        "((texts) => (ops) => {{\n\
+         let maxLogBytes = 0, maxResultBytes = 0, hasOutbound = false, maxPayloadBytes = 0;\n\
+         const configure = (log, result, outbound, payload) => {{\n\
+           maxLogBytes = log; maxResultBytes = result; hasOutbound = outbound; maxPayloadBytes = payload;\n\
+         }};\n\
+         return [configure, (() => {{\n{PRELUDE}\n}})()];\n\
+         }})({texts})"
     )
 }

@@ -40,13 +40,6 @@ pub(crate) struct QuickJs {
     runtime: Runtime,
 }
 
-/// A runtime and context made ahead of time, with the account their allocations go to.
-pub(crate) struct Blank {
-    account: Rc<Account>,
-    context: Context,
-    runtime: Runtime,
-}
-
 impl Drop for QuickJs {
     fn drop(&mut self) {
         // Persistent values must go before the runtime that owns them.
@@ -54,36 +47,17 @@ impl Drop for QuickJs {
     }
 }
 
-fn made_blank() -> Result<Blank, String> {
-    let account = Rc::new(Account::default());
-    let runtime =
-        Runtime::new_with_alloc(Counting(account.clone())).map_err(|e| format!("QuickJS runtime: {e}"))?;
-    let context = Context::full(&runtime).map_err(|e| format!("QuickJS context: {e}"))?;
-    Ok(Blank { account, context, runtime })
-}
-
 impl Engine for QuickJs {
     type Value = Handle;
-    type Blank = Blank;
     const NAME: &'static str = "quickjs";
     const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf8Bytes;
 
-    fn blank() -> Blank {
-        made_blank().unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    fn new(blank: Option<Blank>, setup: EngineSetup) -> Result<QuickJs, String> {
-        let Blank { account, context, runtime } = match blank {
-            Some(blank) => blank,
-            None => made_blank()?,
-        };
-        account.attach(setup.budget);
-        runtime.set_max_stack_size(setup.stack_limit_bytes);
-        let (stop, account_for_handler) = (setup.stop.clone(), account.clone());
-        // Asked every 100 ticks of the interpreter and in long builtin loops (vendor/rquickjs-sys).
-        runtime.set_interrupt_handler(Some(Box::new(move || {
-            stop.load(Ordering::Relaxed) || account_for_handler.exceeded()
-        })));
+    fn new(_memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<QuickJs, String> {
+        let account = Rc::new(Account::default());
+        let runtime = Runtime::new_with_alloc(Counting(account.clone()))
+            .map_err(|e| format!("QuickJS runtime: {e}"))?;
+        let context = Context::full(&runtime).map_err(|e| format!("QuickJS context: {e}"))?;
+        runtime.set_max_stack_size(stack_limit_bytes);
         let rejections: Rc<RefCell<Vec<Rejection<Handle>>>> = Rc::default();
         let tracked = rejections.clone();
         runtime.set_host_promise_rejection_tracker(Some(Box::new(move |ctx, promise, reason, handled| {
@@ -95,10 +69,25 @@ impl Engine for QuickJs {
             });
         })));
         #[allow(unused_mut)]
-        let mut engine = QuickJs { rejections, account, stop: setup.stop, context, runtime };
+        let mut engine = QuickJs { rejections, account, stop: Arc::default(), context, runtime };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
+    }
+
+    fn fits(&self, _memory_limit_bytes: usize, _stack_limit_bytes: usize) -> bool {
+        true // both are set when armed
+    }
+
+    fn arm(&mut self, setup: EngineSetup) {
+        self.account.attach(setup.budget);
+        self.runtime.set_max_stack_size(setup.stack_limit_bytes);
+        self.stop = setup.stop;
+        let (stop, account) = (self.stop.clone(), self.account.clone());
+        // Asked every 100 ticks of the interpreter and in long builtin loops (vendor/rquickjs-sys).
+        self.runtime.set_interrupt_handler(Some(Box::new(move || {
+            stop.load(Ordering::Relaxed) || account.exceeded()
+        })));
     }
 
     fn evaluate_builtin(

@@ -3,7 +3,7 @@
 //!
 //! Every engine knob (heap limit and its callback, the ArrayBuffer allocator and budget,
 //! stack limit, microtask policy, rejection callback) is set where the isolate is made
-//! ([`made`]) or attached in [`V8::new`], and nowhere else. An isolate per execution is
+//! ([`made`]) or attached when it is armed, and nowhere else. An isolate per execution is
 //! the strong boundary V8 offers: nothing (heap, compiled code, intrinsics) is shared
 //! between executions. Built-in scripts keep V8's code cache per process.
 
@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
 
 use super::{Arg, Engine, EngineSetup, HostValue, Op, PromiseState, Rejection, Stopper, Thrown};
-use crate::config::Limits;
 use alloc::Account;
 
 /// A value kept across turns.
@@ -36,12 +35,10 @@ pub(crate) struct V8 {
     uncached: Vec<(Arc<builtins::Builtin>, v8::Global<v8::UnboundScript>)>,
 }
 
-/// An isolate and context made ahead of time with the default limits, for one execution.
-pub(crate) struct Blank(Made);
-
 /// An isolate with its context and what its callbacks reach. Fields drop in order: the
 /// handles before the isolate, the account (read by the allocator and heap callback) after.
 struct Made {
+    heap_limit: usize,
     context: v8::Global<v8::Context>,
     shared: Rc<Shared>,
     isolate: v8::OwnedIsolate,
@@ -162,40 +159,34 @@ fn made(heap_limit: usize, stack_limit_bytes: usize) -> Made {
         *shared.promise_key.borrow_mut() = Some(v8::Global::new(scope, key));
         v8::Global::new(scope, context)
     };
-    Made { context, shared, isolate, account }
+    Made { heap_limit, context, shared, isolate, account }
 }
 
 impl Engine for V8 {
     type Value = Handle;
-    type Blank = Blank;
     const NAME: &'static str = "v8";
     const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf16Units;
 
-    fn blank() -> Blank {
-        let defaults = Limits::default();
-        Blank(made(defaults.memory_limit_bytes, defaults.stack_limit_bytes))
-    }
-
-    fn new(blank: Option<Blank>, setup: EngineSetup) -> Result<V8, String> {
-        let defaults = Limits::default();
-        let fits = setup.budget.limit() == defaults.memory_limit_bytes
-            && setup.stack_limit_bytes == defaults.stack_limit_bytes;
-        let made = match blank {
-            Some(Blank(made)) if fits => made,
-            other => {
-                // Isolates are entered when made and left when dropped, in reverse order:
-                // an unfit blank goes before its replacement is made.
-                drop(other);
-                made(setup.budget.limit(), setup.stack_limit_bytes)
-            }
-        };
-        made.account.attach(setup.budget);
+    fn new(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<V8, String> {
         #[allow(unused_mut)]
-        let mut engine =
-            V8 { made, stop: setup.stop, stack_limit_bytes: setup.stack_limit_bytes, uncached: Vec::new() };
+        let mut engine = V8 {
+            made: made(memory_limit_bytes, stack_limit_bytes),
+            stop: Arc::default(),
+            stack_limit_bytes,
+            uncached: Vec::new(),
+        };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
+    }
+
+    fn fits(&self, memory_limit_bytes: usize, stack_limit_bytes: usize) -> bool {
+        self.made.heap_limit == memory_limit_bytes && self.stack_limit_bytes == stack_limit_bytes
+    }
+
+    fn arm(&mut self, setup: EngineSetup) {
+        self.made.account.attach(setup.budget);
+        self.stop = setup.stop;
     }
 
     fn evaluate_builtin(

@@ -1,0 +1,60 @@
+//! Engines made ahead of demand: the runtime's built-ins booted on an idle thread (the
+//! prelude with its ops, then the codec), so a run starts at its own entry scope.
+
+use super::calls::{self, StateSlot};
+use super::prelude;
+use crate::config::Limits;
+use crate::engine::{Arg, Engine};
+
+/// An engine not yet armed, with everything every execution does first already done in it:
+/// its ops made, the prelude booted, the codec evaluated. No program source has reached it.
+pub(crate) struct Warm<E: Engine> {
+    pub(super) builtins: Builtins<E::Value>,
+    /// Set to the execution's state when it starts; the ops read it from there.
+    pub(super) slot: StateSlot,
+    /// Declared last: the handles above go before it.
+    pub(super) engine: E,
+}
+
+/// The handles a run takes from its warm engine.
+pub(crate) struct Builtins<V> {
+    /// Gives the prelude the execution's limits.
+    pub(super) configure: V,
+    /// The prelude's exports: `[receive, start, finish, describe, refusalText, stackOf]`.
+    pub(super) exports: V,
+    /// The codec, handed to the prelude's `start` with the entry scope.
+    pub(super) codec: V,
+}
+
+impl<E: Engine> Warm<E> {
+    /// A warm engine for executions with the default limits, made on this thread while it
+    /// has nothing else to do.
+    pub(crate) fn ahead() -> Result<Warm<E>, String> {
+        let limits = Limits::default();
+        Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes)
+    }
+
+    /// A warm engine for these limits. A built-in that throws is a bug of this crate, not
+    /// of any program: it is an internal failure.
+    pub(super) fn make(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Warm<E>, String> {
+        let failed = |what: &str| format!("the runtime's {what} did not evaluate on {}", E::NAME);
+        let mut engine = E::new(memory_limit_bytes, stack_limit_bytes)?;
+        let slot = StateSlot::default();
+        let ops = engine.native_object(&calls::ops(&slot)).map_err(|_| failed("host functions"))?;
+        let boot =
+            engine.evaluate_builtin("codemode:prelude", prelude::source).map_err(|_| failed("prelude"))?;
+        let booted = engine.call(&boot, &[Arg::Value(&ops)]).map_err(|_| failed("prelude"))?;
+        let configure = engine.index(&booted, 0).ok_or_else(|| failed("prelude"))?;
+        let exports = engine.index(&booted, 1).ok_or_else(|| failed("prelude"))?;
+        // After the boot: the codec captures the host functions the prelude installs.
+        let codec = engine
+            .evaluate_builtin("codemode:codec", codemode_protocol::codec_source)
+            .map_err(|_| failed("codec"))?;
+        Ok(Warm { builtins: Builtins { configure, exports, codec }, slot, engine })
+    }
+
+    /// Whether this engine can be armed with `limits`.
+    pub(super) fn fits(&self, limits: &Limits) -> bool {
+        self.engine.fits(limits.memory_limit_bytes, limits.stack_limit_bytes)
+    }
+}
