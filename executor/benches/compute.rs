@@ -1,7 +1,8 @@
 //! Computation beside its floor (criterion, `cargo xtask bench`): each program of
 //! `benches/programs/` run by codemode-rs's `execute` and, in the same run, on bare
 //! rquickjs (the same vendored QuickJS, with no sandbox, limits, prelude or codec), the
-//! reference issue 15 measures against. `peers.js` runs the same files on node:vm.
+//! reference issue 15 measures against. `peers.js` runs the same files on node:vm. With
+//! `--features v8`, each program through `execute` on V8 as well.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,11 +76,23 @@ fn benches(c: &mut Criterion) {
         let Outcome::Result { result: Some(result), .. } = &ours else { panic!("{ours:?}") };
         assert_eq!(serde_json::to_string(result).unwrap_or_default(), reference, "both run the same program");
     }
+    // With the `v8` feature, the same programs through `execute` on V8 too (the engine to
+    // pick for computation, docs/performance.md).
+    #[cfg(feature = "v8")]
+    let on_v8 = Executor::new(ExecutorConfig {
+        workers: 1,
+        engine: codemode_executor::EngineKind::V8,
+        ..ExecutorConfig::default()
+    });
     let mut group = c.benchmark_group("compute");
     group.sample_size(20).measurement_time(Duration::from_secs(8));
     for (name, source) in workloads {
         group.bench_with_input(BenchmarkId::new(name, "codemode-rs"), &source, |b, &source| {
             b.iter(|| rt.block_on(executor.execute(request(source, &envelope))))
+        });
+        #[cfg(feature = "v8")]
+        group.bench_with_input(BenchmarkId::new(name, "codemode-rs on V8"), &source, |b, &source| {
+            b.iter(|| rt.block_on(on_v8.execute(request(source, &envelope))))
         });
         group.bench_with_input(BenchmarkId::new(name, "bare rquickjs"), &source, |b, &source| {
             b.iter(|| bare(source, &rows))

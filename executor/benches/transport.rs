@@ -108,6 +108,13 @@ fn under_isolation(rt: &tokio::runtime::Runtime) -> Duration {
     let isolated = Executor::new(ExecutorConfig {
         workers: 1,
         isolation: Isolation::Process(command),
+        // `CODEMODE_BENCH_CONFINEMENT=off`: unconfined workers, each serving many runs. A
+        // confined worker serves one run, and on one CPU (`taskset -c 0`) its replacement's
+        // start shares the CPU with the run being timed.
+        confinement: match std::env::var("CODEMODE_BENCH_CONFINEMENT").as_deref() {
+            Ok("off") => codemode_executor::Confinement::Off,
+            _ => codemode_executor::Confinement::default(),
+        },
         ..Default::default()
     });
     per_call(|n| {

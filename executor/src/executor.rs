@@ -55,9 +55,9 @@ impl Executor {
     pub fn new(config: ExecutorConfig) -> Executor {
         let keep = if config.isolation == Isolation::InProcess { config.workers } else { 1 };
         let pool = match config.engine {
-            EngineKind::QuickJs => Pool::new::<QuickJs>(keep),
+            EngineKind::QuickJs => Pool::new::<QuickJs>(keep, &config.limits),
             #[cfg(feature = "v8")]
-            EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep),
+            EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep, &config.limits),
         };
         let processes = match &config.isolation {
             Isolation::InProcess => None,

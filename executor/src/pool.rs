@@ -2,8 +2,8 @@
 //! system preempts a busy program in favour of every other execution that has work.
 //!
 //! Threads are kept idle between executions and leave after a while without work beyond
-//! the configured number. As many warm engines as threads are kept (made ahead of demand
-//! on idle threads, the runtime's built-ins evaluated in them), and a job goes to a thread
+//! the configured number. As many warm engines as kept threads are kept ready (made ahead
+//! of demand on idle threads, the runtime's built-ins booted in them), and a job goes to a thread
 //! holding one first; taking one sets an idle thread to making the next. A thread
 //! stuck in a native call past its deadline holds only its own execution: new executions
 //! take other threads, so capacity never shrinks.
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
+use crate::config::Limits;
 use crate::engine::Engine;
 use crate::runtime::{self, Job, Live, Warm};
 
@@ -92,6 +93,9 @@ struct Shared {
     threads: AtomicUsize,
     spawned: AtomicUsize,
     spawn: fn(&Arc<Shared>, Option<Job>, usize),
+    /// The memory and stack limits warm engines are made for: the executor's own, which
+    /// its requests have unless they ask otherwise (V8 fixes a heap limit when made).
+    warm_limits: (usize, usize),
 }
 
 /// The execution threads of one executor, for one engine.
@@ -102,7 +106,7 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// A pool for engine `E` keeping `keep` threads ready.
-    pub(crate) fn new<E: Engine + 'static>(keep: usize) -> Pool {
+    pub(crate) fn new<E: Engine + 'static>(keep: usize, limits: &Limits) -> Pool {
         let shared = Arc::new(Shared {
             idle: Mutex::default(),
             keep: keep.max(1),
@@ -110,6 +114,7 @@ impl Pool {
             threads: AtomicUsize::new(0),
             spawned: AtomicUsize::new(0),
             spawn: spawn_thread::<E>,
+            warm_limits: (limits.memory_limit_bytes, limits.stack_limit_bytes),
         });
         for _ in 0..shared.keep {
             (shared.spawn)(&shared, None, THREAD_STACK_BYTES);
@@ -219,7 +224,8 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
             None => {}
         }
         if warming && warm.is_none() {
-            warm = catch_unwind(Warm::ahead).ok().and_then(Result::ok);
+            let (memory, stack) = shared.warm_limits;
+            warm = catch_unwind(|| Warm::make(memory, stack)).ok().and_then(Result::ok);
         }
         if warming {
             warming = false;
@@ -241,6 +247,9 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
                     continue;
                 }
                 let listed = Idle::remove(&mut idle.warm, &door) || Idle::remove(&mut idle.cold, &door);
+                // A thread leaving with a warm engine leaves the kept ones short: a cold
+                // thread that stays makes the next.
+                idle.replenish(shared.keep);
                 drop(idle);
                 // A submitter that took this thread before it left gave its work to the channel.
                 if !listed {

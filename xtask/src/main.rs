@@ -67,7 +67,17 @@ fn bench() -> Result<(), String> {
     cargo(&["bench", "-p", "codemode-executor"])?;
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_some() {
         // The engines side by side, V8 included, and V8's memory per live execution.
-        cargo(&["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "engines"])?;
+        cargo(&[
+            "bench",
+            "-p",
+            "codemode-executor",
+            "--features",
+            "v8",
+            "--bench",
+            "engines",
+            "--bench",
+            "compute",
+        ])?;
         let status = xtask::cargo_command(env!("CARGO"))
             .args(["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "memory"])
             .env("CODEMODE_BENCH_ENGINE", "v8")

@@ -224,7 +224,6 @@ fn leave(
     }
 }
 
-/// The ops the prelude receives, each closing over the execution's state.
 /// Where the ops find their execution's state: the ops are made with the warm engine,
 /// before the execution they serve is known, and it is set once when it starts.
 pub(crate) type StateSlot = Rc<OnceCell<Rc<RefCell<State>>>>;
@@ -234,6 +233,7 @@ fn started(slot: &StateSlot) -> Result<&Rc<RefCell<State>>, String> {
     slot.get().ok_or_else(|| "codemode: a host function was called before its execution started".to_owned())
 }
 
+/// The ops the prelude receives, each reading its execution's state from `slot`.
 pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
     let call: Op = {
         let slot = slot.clone();

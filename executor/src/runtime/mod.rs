@@ -315,7 +315,7 @@ impl<E: Engine> Execution<E> {
                 Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes)
             }
         }));
-        let Warm { builtins, slot, mut engine } = match warm {
+        let mut warm = match warm {
             Ok(Ok(warm)) => warm,
             Ok(Err(text)) => {
                 execution.settle(Settlement::Failed(OutcomeKind::Internal, text));
@@ -326,12 +326,18 @@ impl<E: Engine> Execution<E> {
                 return execution;
             }
         };
-        engine.arm(setup);
-        let _ = job.control.stopper.set(engine.stopper());
+        // Armed whole: a panic here drops the warm engine in its fields' order, handles first.
+        warm.engine.arm(setup);
+        let _ = job.control.stopper.set(warm.engine.stopper());
         if job.control.stopped() {
-            engine.stopper()();
+            warm.engine.stopper()();
         }
-        let _ = slot.set(execution.state.clone());
+        if warm.slot.set(execution.state.clone()).is_err() {
+            // A warm engine serves one execution; one already served is never run again.
+            execution.settle(Settlement::Failed(OutcomeKind::Internal, ENGINE_PANICKED.to_owned()));
+            return execution;
+        }
+        let Warm { builtins, slot: _, engine } = warm;
         execution.builtins = Some(builtins);
         execution.engine = Some(engine);
         execution.turn(|execution| execution.boot(&job.scope_source));

@@ -35,6 +35,7 @@ pub(super) fn source() -> String {
     });
     format!(
         "((texts) => (ops) => {{\n\
+         'use strict';\n\
          let maxLogBytes = 0, maxResultBytes = 0, hasOutbound = false, maxPayloadBytes = 0;\n\
          const configure = (log, result, outbound, payload) => {{\n\
            maxLogBytes = log; maxResultBytes = result; hasOutbound = outbound; maxPayloadBytes = payload;\n\

@@ -27,16 +27,9 @@ pub(crate) struct Builtins<V> {
 }
 
 impl<E: Engine> Warm<E> {
-    /// A warm engine for executions with the default limits, made on this thread while it
-    /// has nothing else to do.
-    pub(crate) fn ahead() -> Result<Warm<E>, String> {
-        let limits = Limits::default();
-        Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes)
-    }
-
     /// A warm engine for these limits. A built-in that throws is a bug of this crate, not
     /// of any program: it is an internal failure.
-    pub(super) fn make(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Warm<E>, String> {
+    pub(crate) fn make(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Warm<E>, String> {
         let failed = |what: &str| format!("the runtime's {what} did not evaluate on {}", E::NAME);
         let mut engine = E::new(memory_limit_bytes, stack_limit_bytes)?;
         let slot = StateSlot::default();

@@ -33,7 +33,9 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async move {
-        let executor = Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() });
+        // One warm engine: the host gives a worker one execution at a time (a confined
+        // worker only one), and each warm engine is a booted prelude made at start.
+        let executor = Executor::new(ExecutorConfig { engine, workers: 1, ..ExecutorConfig::default() });
         if !level.confines() {
             let input = tokio::io::BufReader::new(tokio::io::stdin());
             return super::server::serve(executor, input, tokio::io::stdout()).await;

@@ -1,8 +1,9 @@
 //! The QuickJS engine: the runtime's primitives bound to rquickjs, one `Runtime` and
 //! `Context` per execution, and nothing of an execution's rules.
 //!
-//! Every engine knob (allocator and budget, stack limit, interrupt handler, rejection
-//! tracker) is set in [`QuickJs::new`] and nowhere else. Built-in scripts are compiled to
+//! Every engine knob is set in [`QuickJs::new`] (allocator, rejection tracker) or when
+//! the engine is armed for its execution (budget, stack limit, interrupt handler), and
+//! nowhere else. Built-in scripts are compiled to
 //! QuickJS bytecode once per process: parsing them anew for each engine would cost most
 //! of a short run.
 

@@ -33,6 +33,9 @@ pub(crate) struct V8 {
     /// Built-ins this engine compiled without a code cache: their cache is made when the
     /// engine ends, once the runtime has called (and V8 lazily compiled) their functions.
     uncached: Vec<(Arc<builtins::Builtin>, v8::Global<v8::UnboundScript>)>,
+    /// Armed for an execution: only a run's engine has called the built-ins' functions
+    /// (a warm engine never used has not, and its cache would leave them uncompiled).
+    armed: bool,
 }
 
 /// An isolate with its context and what its callbacks reach. Fields drop in order: the
@@ -86,7 +89,7 @@ impl Shared {
 impl Drop for V8 {
     fn drop(&mut self) {
         let uncached = std::mem::take(&mut self.uncached);
-        if !uncached.is_empty() && !self.stopped() {
+        if !uncached.is_empty() && self.armed && !self.stopped() {
             v8::scope!(let scope, &mut self.made.isolate);
             for (builtin, script) in uncached {
                 if let Some(data) = v8::Local::new(scope, &script).create_code_cache() {
@@ -174,19 +177,22 @@ impl Engine for V8 {
             stop: Arc::default(),
             stack_limit_bytes,
             uncached: Vec::new(),
+            armed: false,
         };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
     }
 
-    fn fits(&self, memory_limit_bytes: usize, stack_limit_bytes: usize) -> bool {
-        self.made.heap_limit == memory_limit_bytes && self.stack_limit_bytes == stack_limit_bytes
+    fn fits(&self, memory_limit_bytes: usize, _stack_limit_bytes: usize) -> bool {
+        self.made.heap_limit == memory_limit_bytes // the stack limit is set at each entry
     }
 
     fn arm(&mut self, setup: EngineSetup) {
         self.made.account.attach(setup.budget);
         self.stop = setup.stop;
+        self.stack_limit_bytes = setup.stack_limit_bytes;
+        self.armed = true;
     }
 
     fn evaluate_builtin(
