@@ -3,8 +3,8 @@
 //!
 //! Threads are kept idle between executions and leave after a while without work beyond
 //! the configured number. As many warm engines as kept threads are kept ready (made ahead
-//! of demand on idle threads, the runtime's built-ins booted in them), and a job goes to a thread
-//! holding one first; taking one sets an idle thread to making the next. A thread
+//! of demand on idle threads, the runtime's built-ins booted in them), and a job goes to
+//! a thread holding one first; taking one sets an idle thread to making the next. A thread
 //! stuck in a native call past its deadline holds only its own execution: new executions
 //! take other threads, so capacity never shrinks.
 
@@ -223,12 +223,10 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
             Some(Work::Warm) => warming = true,
             None => {}
         }
-        if warming && warm.is_none() {
-            let (memory, stack) = shared.warm_limits;
-            warm = catch_unwind(|| Warm::make(memory, stack)).ok().and_then(Result::ok);
-        }
         if warming {
             warming = false;
+            let (memory, stack) = shared.warm_limits;
+            warm = catch_unwind(|| Warm::make(memory, stack)).ok().and_then(Result::ok);
             let mut idle = lock(&shared.idle);
             // Still listed: no job came while the engine was made, so wait with it.
             if Idle::remove(&mut idle.warming, &door) {

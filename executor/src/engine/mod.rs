@@ -126,9 +126,9 @@ pub(crate) trait Engine: Sized {
     /// allocations are counted but charged to no budget, and nothing can stop it: only the
     /// runtime's built-ins run in it.
     fn new(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Self, String>;
-    /// Whether this engine, made by [`Engine::new`], can be armed with these limits (V8
-    /// fixes an isolate's heap limit when it is made).
-    fn fits(&self, memory_limit_bytes: usize, stack_limit_bytes: usize) -> bool;
+    /// Whether this engine, made by [`Engine::new`], can be armed for this memory limit (V8
+    /// fixes an isolate's heap limit when it is made; the stack limit is set when armed).
+    fn fits(&self, memory_limit_bytes: usize) -> bool;
     /// Arm the engine for its one execution: every byte it holds and allocates from now on
     /// is charged to `setup.budget`, and `setup.stop` stops it.
     fn arm(&mut self, setup: EngineSetup);

@@ -226,7 +226,7 @@ fn leave(
 
 /// Where the ops find their execution's state: the ops are made with the warm engine,
 /// before the execution they serve is known, and it is set once when it starts.
-pub(crate) type StateSlot = Rc<OnceCell<Rc<RefCell<State>>>>;
+pub(super) type StateSlot = Rc<OnceCell<Rc<RefCell<State>>>>;
 
 /// The state of the execution an op serves.
 fn started(slot: &StateSlot) -> Result<&Rc<RefCell<State>>, String> {

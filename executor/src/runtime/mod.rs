@@ -1,11 +1,11 @@
 //! The runtime: the rules of one execution, written once above every engine.
 //!
 //! It boots the prelude (host functions, console, timers, web globals) and the codec in
-//! an engine made ahead of demand (`warm.rs`), runs the entry scope, and then drives the engine from its thread: answers arriving
-//! from the host, timers falling due, the deadline and the host's cancel. It owns the
-//! call table and its bounds, the timer schedule, the log budget, rejection tracking,
-//! the memory budget's host side and the settlement with its texts, and reports the
-//! run's events to a watcher ([`crate::watch`]). An engine only offers primitives
+//! an engine made ahead of demand (`warm.rs`), runs the entry scope, and then drives the
+//! engine from its thread: answers arriving from the host, timers falling due, the
+//! deadline and the host's cancel. It owns the call table and its bounds, the timer
+//! schedule, the log budget, rejection tracking, the memory budget's host side and the
+//! settlement with its texts, and reports the run's events to a watcher ([`crate::watch`]). An engine only offers primitives
 //! ([`crate::engine::Engine`]).
 
 mod calls;

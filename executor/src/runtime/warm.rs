@@ -17,7 +17,7 @@ pub(crate) struct Warm<E: Engine> {
 }
 
 /// The handles a run takes from its warm engine.
-pub(crate) struct Builtins<V> {
+pub(super) struct Builtins<V> {
     /// Gives the prelude the execution's limits.
     pub(super) configure: V,
     /// The prelude's exports: `[receive, start, finish, describe, refusalText, stackOf]`.
@@ -48,6 +48,6 @@ impl<E: Engine> Warm<E> {
 
     /// Whether this engine can be armed with `limits`.
     pub(super) fn fits(&self, limits: &Limits) -> bool {
-        self.engine.fits(limits.memory_limit_bytes, limits.stack_limit_bytes)
+        self.engine.fits(limits.memory_limit_bytes)
     }
 }

@@ -3,9 +3,8 @@
 //!
 //! Every engine knob is set in [`QuickJs::new`] (allocator, rejection tracker) or when
 //! the engine is armed for its execution (budget, stack limit, interrupt handler), and
-//! nowhere else. Built-in scripts are compiled to
-//! QuickJS bytecode once per process: parsing them anew for each engine would cost most
-//! of a short run.
+//! nowhere else. Built-in scripts are compiled to QuickJS bytecode once per process:
+//! parsing them anew for each engine would cost most of a short run.
 
 mod alloc;
 mod strings;
@@ -76,8 +75,8 @@ impl Engine for QuickJs {
         Ok(engine)
     }
 
-    fn fits(&self, _memory_limit_bytes: usize, _stack_limit_bytes: usize) -> bool {
-        true // both are set when armed
+    fn fits(&self, _memory_limit_bytes: usize) -> bool {
+        true // the budget is attached when armed
     }
 
     fn arm(&mut self, setup: EngineSetup) {

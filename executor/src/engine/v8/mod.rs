@@ -184,8 +184,8 @@ impl Engine for V8 {
         Ok(engine)
     }
 
-    fn fits(&self, memory_limit_bytes: usize, _stack_limit_bytes: usize) -> bool {
-        self.made.heap_limit == memory_limit_bytes // the stack limit is set at each entry
+    fn fits(&self, memory_limit_bytes: usize) -> bool {
+        self.made.heap_limit == memory_limit_bytes
     }
 
     fn arm(&mut self, setup: EngineSetup) {
