@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, ExecutorConfig, Limits, Request};
 use codemode_protocol::{Outcome, ProviderDescriptor, ToolCall, result_envelope};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 
@@ -35,7 +35,6 @@ fn rows_json() -> String {
 fn request(source: &'static str, envelope: &Arc<str>) -> Request {
     let envelope = envelope.clone();
     Request::new(program(source))
-        .memory_limit_bytes(512 << 20)
         .provider(ProviderDescriptor::new("store", ["orders"]))
         .dispatch(move |_: ToolCall| {
             let envelope = envelope.to_string();
@@ -64,7 +63,10 @@ fn bare(source: &str, answer: &str) -> String {
 
 fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..ExecutorConfig::default() });
+    // 512 MiB for every run, set on the executor: its warm engines are made for its own
+    // limits (a V8 isolate's heap limit is fixed when it is made).
+    let limits = Limits { memory_limit_bytes: 512 << 20, ..Limits::default() };
+    let executor = Executor::new(ExecutorConfig { workers: 1, limits: limits.clone(), ..ExecutorConfig::default() });
     let rows = rows_json();
     let value: serde_json::Value = serde_json::from_str(&rows).unwrap_or_default();
     let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
@@ -81,6 +83,7 @@ fn benches(c: &mut Criterion) {
     #[cfg(feature = "v8")]
     let on_v8 = Executor::new(ExecutorConfig {
         workers: 1,
+        limits,
         engine: codemode_executor::EngineKind::V8,
         ..ExecutorConfig::default()
     });

@@ -36,9 +36,9 @@ pub(crate) enum HostValue {
     Bytes(Vec<u8>),
     /// To the engine only: a fresh array.
     List(Vec<HostValue>),
-    /// To the engine only: this JSON text parsed natively, in a one-element array with no
-    /// prototype (so never a thenable), and no JavaScript string of it is made; the text itself, as a string, when the engine does
-    /// not parse it (its syntax is wrong, or the engine has no native path).
+    /// To the engine only: this JSON text parsed by the engine's own parser, in a
+    /// one-element array with no prototype (so never a thenable); the text itself, as a
+    /// string, when its syntax is wrong (the codec's path then says what is wrong).
     Json(String),
     /// To the engine only: the value of a built-in script of the runtime, compiled once per
     /// process where the engine can (as [`Engine::evaluate_builtin`]), evaluated now.

@@ -34,7 +34,7 @@ pub(super) fn to_host(scope: &v8::PinScope<'_, '_>, value: v8::Local<'_, v8::Val
 /// budget has no room for it. Bytes become an ArrayBuffer made by the isolate's allocator,
 /// so the budget counts them.
 pub(super) fn from_host<'s>(
-    scope: &v8::PinScope<'s, '_>,
+    scope: &mut v8::PinScope<'s, '_>,
     account: &Account,
     value: HostValue,
 ) -> Option<v8::Local<'s, v8::Value>> {
@@ -43,8 +43,22 @@ pub(super) fn from_host<'s>(
         HostValue::Bool(flag) => v8::Boolean::new(scope, flag).into(),
         HostValue::Number(number) => v8::Number::new(scope, number).into(),
         HostValue::String(text) => string(scope, &text)?.into(),
-        // The text as it is: V8's own JSON.parse is fast, and the codec reads either.
-        HostValue::Json(text) => string(scope, &text)?.into(),
+        HostValue::Json(text) => {
+            let source = string(scope, &text)?;
+            match parse_json(scope, source) {
+                // No prototype: the array goes through Promise.resolve, which must find no
+                // `then` a program put on Array.prototype (a string never had one).
+                Some(value) => {
+                    let array = v8::Array::new_with_elements(scope, &[value]);
+                    let null = v8::null(scope).into();
+                    array.set_prototype(scope, null)?;
+                    array.into()
+                }
+                // A syntax error leaves the text to the codec's own path, which says what is
+                // wrong as it always did (a stop is met again as soon as JavaScript runs).
+                None => source.into(),
+            }
+        }
         HostValue::Bytes(bytes) => {
             // V8 ends the process when the allocator refuses `ArrayBuffer::New`: ask first.
             if !account.charge(bytes.len()) {
@@ -72,6 +86,15 @@ pub(super) fn from_host<'s>(
             v8::Array::new_with_elements(scope, &elements).into()
         }
     })
+}
+
+/// `text` parsed by V8's own JSON parser; `None`, with nothing thrown, when it is not JSON.
+fn parse_json<'s>(
+    scope: &mut v8::PinScope<'s, '_>,
+    text: v8::Local<'s, v8::String>,
+) -> Option<v8::Local<'s, v8::Value>> {
+    v8::tc_scope!(let scope, scope);
+    v8::json::parse(scope, text)
 }
 
 /// A JavaScript string; `None` with V8's own RangeError thrown when it is past V8's longest.
