@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::{json, run};
 use codemode_executor::Request;
-use codemode_protocol::OutcomeKind;
+use codemode_protocol::{OutcomeKind, ProviderDescriptor};
 
 #[tokio::test]
 async fn lone_surrogates_become_replacement_characters() {
@@ -93,4 +93,59 @@ async fn a_call_past_the_payload_bound_is_refused_before_it_is_copied() {
         r#"{"result":"Tool call payload is 16777218 bytes, over the limit of 8388608 bytes (provider, tool and arguments together). Send less per call.","logs":[]}"#
     );
     assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+}
+
+/// `JSON.parse` reads every form as the standard says, on the paths the engines take for
+/// the common case (plain keys, short integers, fresh objects and arrays) and off them
+/// (repeated keys, escapes, long numbers, a reviver), in a program and in a tool's answer.
+#[tokio::test]
+async fn json_is_read_as_the_standard_says() {
+    let program = r#"async () => {
+      const out = [];
+      const twice = JSON.parse('{"b":1,"a":2,"b":3}');
+      out.push(JSON.stringify(twice), Object.keys(twice).join());
+      const proto = JSON.parse('{"__proto__":{"x":1},"y":2}');
+      out.push(Object.keys(proto).join(), Object.getPrototypeOf(proto) === Object.prototype, proto.x === undefined);
+      out.push(Object.keys(JSON.parse('{"2":"a","1":"b","x":"c","0":"d"}')).join());
+      const keys = JSON.parse('{"\u00e9":1,"a\\u0062":2,"":3,"a b":4,"\\"q\\"":5}');
+      out.push(JSON.stringify(Object.keys(keys)));
+      const n = JSON.parse('[0,-0,7,-42,123456789012345,-123456789012345,1234567890123456,12345678901234567890,9007199254740993,1.5,1e3,2E-2,-0.0,1e400,-1e400]');
+      out.push(JSON.stringify(n), Object.is(n[1], -0), Object.is(n[12], -0), n[13] === Infinity, n[14] === -Infinity);
+      out.push(JSON.stringify(JSON.parse(' { "a" : [ 1 , { "b" : null } ] ,\n "c" : true } ')));
+      out.push(JSON.stringify(JSON.parse('{"a":[1,2],"b":{"c":3}}', (k, v) => typeof v === 'number' ? v * 10 : v)));
+      const rows = Array.from({ length: 1000 }, (_, i) => ({ id: i, name: 'n' + i, tags: [i % 3, 'x'], open: i % 2 === 0 }));
+      out.push(JSON.stringify(JSON.parse(JSON.stringify(rows))) === JSON.stringify(rows));
+      const shared = JSON.parse('[{"a":1,"b":2},{"a":3,"b":4},{"b":5,"a":6},{"a":7},{"a":8,"b":9,"c":10},{"a":1,"a":2,"b":3},{}]');
+      shared[0].c = 'x'; delete shared[1].a; Object.freeze(shared[4]); shared[3].b = 'y'; shared[6].z = 0;
+      out.push(JSON.stringify(shared), Object.isFrozen(shared[0]), Object.isFrozen(shared[4]), Object.keys(shared[5]).join());
+      const wide = '{' + Array.from({ length: 20 }, (_, i) => '"k' + (i % 17) + '":' + i).join() + '}';
+      out.push(JSON.stringify(JSON.parse('[' + wide + ',' + wide + ']')[1]));
+      const sparse = JSON.parse('[[],{},[[]],{"a":{}}]');
+      out.push(JSON.stringify(sparse), Array.isArray(sparse[0]), sparse.length);
+      for (const bad of ['{"a" 1}', '{"a":1,}', '{,}', '[1,]', '{"a":01}', '{"a\u0001":1}', '{"a', '{"a":', '{"a":1', '[1', '{"a":1}x']) {
+        try { JSON.parse(bad); out.push('parsed ' + bad) } catch (e) { out.push(e.name) }
+      }
+      const answer = await store.x();
+      out.push(Object.keys(answer).join(), answer.b, Object.getPrototypeOf(answer) === Object.prototype, Object.is(answer.n[0], -0), answer.n[1]);
+      return out;
+    }"#;
+    let outcome = run(Request::new(program).provider(ProviderDescriptor::new("store", ["x"])).dispatch(
+        |_call: codemode_protocol::ToolCall| async {
+            r#"{"result":{"b":1,"a":2,"b":3,"2":0,"__proto__":5,"n":[-0,12345678901234567890]}}"#.to_owned()
+        },
+    ))
+    .await;
+    assert_eq!(
+        json(&outcome),
+        concat!(
+            r#"{"result":["{\"b\":3,\"a\":2}","b,a","__proto__,y",true,true,"0,1,2,x","[\"é\",\"ab\",\"\",\"a b\",\"\\\"q\\\"\"]","#,
+            r#""[0,0,7,-42,123456789012345,-123456789012345,1234567890123456,12345678901234567000,9007199254740992,1.5,1000,0.02,0,null,null]",true,true,true,true,"#,
+            r#""{\"a\":[1,{\"b\":null}],\"c\":true}","{\"a\":[10,20],\"b\":{\"c\":30}}",true,"#,
+            r#""[{\"a\":1,\"b\":2,\"c\":\"x\"},{\"b\":4},{\"b\":5,\"a\":6},{\"a\":7,\"b\":\"y\"},{\"a\":8,\"b\":9,\"c\":10},{\"a\":2,\"b\":3},{\"z\":0}]",false,true,"a,b","#,
+            r#""{\"k0\":17,\"k1\":18,\"k2\":19,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k10\":10,\"k11\":11,\"k12\":12,\"k13\":13,\"k14\":14,\"k15\":15,\"k16\":16}","#,
+            r#""[[],{},[[]],{\"a\":{}}]",true,4,"#,
+            r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
+            r#""2,b,a,__proto__,n",3,true,true,12345678901234567000],"logs":[]}"#
+        )
+    );
 }

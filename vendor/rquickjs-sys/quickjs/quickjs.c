@@ -23603,6 +23603,21 @@ static int json_parse_string(JSParseState *s, const uint8_t **pp)
     uint32_t c;
     StringBuffer b_s, *b = &b_s;
 
+    /* codemode-rs: a string of ASCII with no escape is made at its length at once,
+       not grown in a buffer and shrunk */
+    for (p = *pp; p < s->buf_end && *p != '"' && *p != '\\' && *p >= 0x20 && *p < 0x80; p++)
+        continue;
+    if (p < s->buf_end && *p == '"' && p - *pp <= JS_STRING_LEN_MAX) {
+        JSValue str = js_new_string8_len(s->ctx, (const char *)*pp, p - *pp);
+        if (JS_IsException(str))
+            return -1;
+        s->token.val = TOK_STRING;
+        s->token.u.str.sep = '"';
+        s->token.u.str.str = str;
+        *pp = p + 1;
+        return 0;
+    }
+
     if (string_buffer_init(s->ctx, b, 48))
         goto fail;
 
@@ -23701,8 +23716,24 @@ static int json_parse_number(JSParseState *s, const uint8_t **pp)
     if (p[0] == '0' && is_digit(p[1]))
         return json_parse_error(s, p, "Unexpected number");
 
+    const uint8_t *p_digits = p; /* codemode-rs */
     while (is_digit(*p))
         p++;
+
+    /* codemode-rs: an integer of at most 15 digits is exact as a double, so it
+       needs no strtod (most numbers in a tool's answer are such) */
+    if (*p != '.' && *p != 'e' && *p != 'E' && p - p_digits <= 15) {
+        int64_t v = 0;
+        const uint8_t *q;
+        double d;
+        for (q = p_digits; q < p; q++)
+            v = v * 10 + (*q - '0');
+        d = (double)v;
+        s->token.val = TOK_NUMBER;
+        s->token.u.num.val = js_float64(*p_start == '-' ? -d : d);
+        *pp = p;
+        return 0;
+    }
 
     if (*p == '.') {
         p++;
@@ -51168,10 +51199,217 @@ static void json_free_parse_record(JSContext *ctx, JSONParseRecord *pr)
 }
 
 /* 'pr' can be NULL */
-static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
+/* codemode-rs: the key an object's next token starts, when it is plain ASCII with
+   no escape, made its atom without a string first (JS_NewAtomLen finds an existing
+   atom without allocating); s->buf_ptr is then past it and s->token is left as it
+   was ('{' or ','). `expected` is the key most likely here, or JS_ATOM_NULL. Returns 1 when taken, 0 when the key is left to json_next_token
+   (which reads it, or reports what is there instead), -1 on an exception. */
+static int json_fast_key(JSParseState *s, JSAtom *patom, JSAtom expected)
+{
+    const uint8_t *p = s->buf_ptr, *q;
+    JSAtom atom;
+    JSString *e;
+
+    if (p >= s->buf_end || *p != '"')
+        return 0;
+    for (q = p + 1; q < s->buf_end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80; q++)
+        continue;
+    if (q >= s->buf_end || *q != '"')
+        return 0;
+    /* the key `expected` (the one at this place in the previous object) is compared,
+       not looked up */
+    e = expected != JS_ATOM_NULL && !__JS_AtomIsTaggedInt(expected) ?
+        s->ctx->rt->atom_array[expected] : NULL;
+    if (e && e->atom_type == JS_ATOM_TYPE_STRING && !e->is_wide_char &&
+        e->len == q - p - 1 && !memcmp(str8(e), p + 1, e->len))
+        atom = JS_DupAtom(s->ctx, expected);
+    else
+        atom = JS_NewAtomLen(s->ctx, (const char *)p + 1, q - p - 1);
+    if (atom == JS_ATOM_NULL)
+        return -1;
+    *patom = atom;
+    s->buf_ptr = q + 1;
+    return 1;
+}
+
+/* codemode-rs: how many properties of an object json_parse_object holds before the
+   object is made */
+#define JSON_HELD_PROPS 16
+
+/* codemode-rs: an object made from the properties read for it (consumed: each atom
+   and value is freed or moved into it), with the shape `hint` when that shape has
+   exactly these keys in this order as plain data properties of an Object.prototype
+   object; else built a property at a time as JS_CreateProperty builds it. */
+static JSValue json_make_object(JSContext *ctx, JSAtom *atoms, JSProperty *held,
+                                int n, JSShape *hint)
+{
+    JSValue val;
+    JSProperty *own;
+    JSShapeProperty *prs;
+    int i;
+
+    if (hint && hint->is_hashed && hint->prop_count == n &&
+        hint->proto == JS_VALUE_GET_OBJ(ctx->class_proto[JS_CLASS_OBJECT])) {
+        prs = get_shape_prop(hint);
+        for (i = 0; i < n && prs[i].atom == atoms[i] && prs[i].flags == JS_PROP_C_W_E; i++)
+            continue;
+        if (i == n) {
+            /* the values move into the object (or are freed if it cannot be made) */
+            val = JS_NewObjectFromShape(ctx, js_dup_shape(hint), JS_CLASS_OBJECT, held);
+            for (i = 0; i < n; i++)
+                JS_FreeAtom(ctx, atoms[i]);
+            return val;
+        }
+    }
+    val = JS_NewObject(ctx);
+    for (i = 0; i < n; i++) {
+        own = JS_IsException(val) ? NULL :
+            add_property(ctx, JS_VALUE_GET_OBJ(val), atoms[i], JS_PROP_C_W_E);
+        if (own) {
+            own->u.value = held[i].u.value;
+        } else {
+            JS_FreeValue(ctx, held[i].u.value);
+            if (!JS_IsException(val)) {
+                JS_FreeValue(ctx, val);
+                val = JS_EXCEPTION;
+            }
+        }
+        JS_FreeAtom(ctx, atoms[i]);
+    }
+    return val;
+}
+
+static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **hint);
+
+/* codemode-rs: an object when there is no reviver, s->token at '{'. Its first
+   JSON_HELD_PROPS properties are read before the object is made, so that it can take
+   the shape of the previous object of the same array (*hint, updated here) when its
+   keys are the same, in the same order. Built a key at a time, each object of an
+   array would get a chain of shapes of its own: QuickJS grows a shape that one object
+   holds in place, so the shapes the previous object passed through are gone. A
+   repeated key or more properties than are held continue as before. */
+/* the key at place n of the previous object of the array, while the object is not made */
+static inline JSAtom json_expected_key(JSShape **hint, JSValueConst val, int n)
+{
+    if (!hint || !*hint || !JS_IsUndefined(val) || n >= (*hint)->prop_count)
+        return JS_ATOM_NULL;
+    return get_shape_prop(*hint)[n].atom;
+}
+
+static JSValue json_parse_object(JSParseState *s, JSShape **hint)
+{
+    JSContext *ctx = s->ctx;
+    JSValue val = JS_UNDEFINED, prop_val;
+    JSProperty held[JSON_HELD_PROPS], *own;
+    JSAtom atoms[JSON_HELD_PROPS], prop_name;
+    JSShape *sh;
+    int n = 0, i, fast_key, ret;
+
+    fast_key = json_fast_key(s, &prop_name, json_expected_key(hint, val, n));
+    if (fast_key < 0 || (!fast_key && json_next_token(s)))
+        goto fail;
+    if (fast_key || s->token.val != '}') {
+        for(;;) {
+            if (fast_key) {
+                /* prop_name is set */
+            } else if (s->token.val == TOK_STRING) {
+                prop_name = JS_ValueToAtom(ctx, s->token.u.str.str);
+                if (prop_name == JS_ATOM_NULL)
+                    goto fail;
+            } else {
+                json_parse_error(s, s->token.ptr, "Expected property name or '}'");
+                goto fail;
+            }
+            if (json_next_token(s))
+                goto fail1;
+            if (s->token.val != ':') {
+                json_parse_error(s, s->token.ptr, "Expected ':' after property name");
+                goto fail1;
+            }
+            if (json_next_token(s))
+                goto fail1;
+            prop_val = json_parse_value(s, NULL, NULL);
+            if (JS_IsException(prop_val)) {
+            fail1:
+                JS_FreeAtom(ctx, prop_name);
+                goto fail;
+            }
+            if (JS_IsUndefined(val)) {
+                for (i = 0; i < n && atoms[i] != prop_name; i++)
+                    continue;
+                if (i == n && n < JSON_HELD_PROPS) {
+                    atoms[n] = prop_name;
+                    held[n].u.value = prop_val;
+                    n++;
+                    goto next;
+                }
+                val = json_make_object(ctx, atoms, held, n, NULL);
+                n = 0;
+                if (JS_IsException(val)) {
+                    JS_FreeValue(ctx, prop_val);
+                    JS_FreeAtom(ctx, prop_name);
+                    goto fail;
+                }
+            }
+            if (!find_own_property(&own, JS_VALUE_GET_OBJ(val), prop_name)) {
+                own = add_property(ctx, JS_VALUE_GET_OBJ(val), prop_name, JS_PROP_C_W_E);
+                if (own) {
+                    own->u.value = prop_val;
+                    ret = 0;
+                } else {
+                    JS_FreeValue(ctx, prop_val);
+                    ret = -1;
+                }
+            } else {
+                ret = JS_DefinePropertyValue(ctx, val, prop_name,
+                                             prop_val, JS_PROP_C_W_E);
+            }
+            JS_FreeAtom(ctx, prop_name);
+            if (ret < 0)
+                goto fail;
+        next:
+            if (s->token.val == '}')
+                break;
+            if (s->token.val != ',') {
+                json_parse_error(s, s->token.ptr, "Expected ',' or '}' after property value");
+                goto fail;
+            }
+            fast_key = json_fast_key(s, &prop_name, json_expected_key(hint, val, n));
+            if (fast_key < 0 || (!fast_key && json_next_token(s)))
+                goto fail;
+        }
+    }
+    if (json_next_token(s))
+        goto fail;
+    if (JS_IsUndefined(val)) {
+        val = json_make_object(ctx, atoms, held, n, hint ? *hint : NULL);
+        n = 0;
+        if (JS_IsException(val))
+            goto fail;
+    }
+    if (hint) {
+        sh = JS_VALUE_GET_OBJ(val)->shape;
+        if (*hint != sh) {
+            if (*hint)
+                js_free_shape(ctx->rt, *hint);
+            *hint = js_dup_shape(sh);
+        }
+    }
+    return val;
+ fail:
+    for (i = 0; i < n; i++) {
+        JS_FreeAtom(ctx, atoms[i]);
+        JS_FreeValue(ctx, held[i].u.value);
+    }
+    JS_FreeValue(ctx, val);
+    return JS_EXCEPTION;
+}
+
+static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **hint)
 {
     JSContext *ctx = s->ctx;
     JSValue val = JS_NULL;
+    JSShape *shape_hint = NULL; /* codemode-rs: see json_parse_object */
     int ret;
 
     if (js_check_stack_overflow(ctx->rt, 0)) {
@@ -51187,6 +51425,12 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
 
     switch(s->token.val) {
     case '{':
+        if (!pr) { /* codemode-rs */
+            val = json_parse_object(s, hint);
+            if (JS_IsException(val))
+                goto fail;
+            break;
+        }
         {
             JSValue prop_val;
             JSAtom prop_name;
@@ -51227,7 +51471,7 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
                     } else {
                         pr1 = NULL;
                     }
-                    prop_val = json_parse_value(s, pr1);
+                    prop_val = json_parse_value(s, pr1, NULL);
                     if (JS_IsException(prop_val)) {
                     fail1:
                         JS_FreeAtom(ctx, prop_name);
@@ -51280,10 +51524,17 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
                     } else {
                         pr1 = NULL;
                     }
-                    el = json_parse_value(s, pr1);
+                    el = json_parse_value(s, pr1, pr ? NULL : &shape_hint);
                     if (JS_IsException(el))
                         goto fail;
-                    ret = JS_DefinePropertyValueUint32(ctx, val, idx, el, JS_PROP_C_W_E);
+                    /* codemode-rs: the next element of a fresh fast array is
+                       appended as JS_CreateProperty appends it */
+                    if (JS_VALUE_GET_OBJ(val)->fast_array &&
+                        idx == JS_VALUE_GET_OBJ(val)->u.array.count) {
+                        ret = add_fast_array_element(ctx, JS_VALUE_GET_OBJ(val), el, JS_PROP_THROW);
+                    } else {
+                        ret = JS_DefinePropertyValueUint32(ctx, val, idx, el, JS_PROP_C_W_E);
+                    }
                     if (ret < 0)
                         goto fail;
                     if (s->token.val == ']')
@@ -51296,6 +51547,9 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
                         goto fail;
                 }
             }
+            if (shape_hint) /* codemode-rs */
+                js_free_shape(ctx->rt, shape_hint);
+            shape_hint = NULL;
             if (json_next_token(s))
                 goto fail;
         }
@@ -51354,6 +51608,8 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
     }
     return val;
  fail:
+    if (shape_hint) /* codemode-rs */
+        js_free_shape(ctx->rt, shape_hint);
     json_free_parse_record(ctx, pr);
     JS_FreeValue(ctx, val);
     return JS_EXCEPTION;
@@ -51368,7 +51624,7 @@ static JSValue JS_ParseJSON_internal(JSContext *ctx, const char *buf, size_t buf
     js_parse_init(ctx, s, buf, buf_len, filename, 1);
     if (json_next_token(s))
         goto fail;
-    val = json_parse_value(s, pr);
+    val = json_parse_value(s, pr, NULL);
     if (JS_IsException(val))
         goto fail;
     if (s->token.val != TOK_EOF) {
