@@ -34,12 +34,12 @@ fn rows_json() -> String {
 /// The program through `execute`; `store.orders()` answers `envelope` at once.
 fn request(source: &'static str, envelope: &Arc<str>) -> Request {
     let envelope = envelope.clone();
-    Request::new(program(source))
-        .provider(ProviderDescriptor::new("store", ["orders"]))
-        .dispatch(move |_: ToolCall| {
+    Request::new(program(source)).provider(ProviderDescriptor::new("store", ["orders"])).dispatch(
+        move |_: ToolCall| {
             let envelope = envelope.to_string();
             async move { envelope }
-        })
+        },
+    )
 }
 
 /// The program on a fresh bare runtime and context: QuickJS's own allocator, no limits,
@@ -66,7 +66,8 @@ fn benches(c: &mut Criterion) {
     // 512 MiB for every run, set on the executor: its warm engines are made for its own
     // limits (a V8 isolate's heap limit is fixed when it is made).
     let limits = Limits { memory_limit_bytes: 512 << 20, ..Limits::default() };
-    let executor = Executor::new(ExecutorConfig { workers: 1, limits: limits.clone(), ..ExecutorConfig::default() });
+    let executor =
+        Executor::new(ExecutorConfig { workers: 1, limits: limits.clone(), ..ExecutorConfig::default() });
     let rows = rows_json();
     let value: serde_json::Value = serde_json::from_str(&rows).unwrap_or_default();
     let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
