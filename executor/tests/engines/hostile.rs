@@ -699,6 +699,10 @@ async fn deep_values_end_as_outcomes_never_as_a_crash() {
         ("function* g(n) { if (n > 0) yield* g(n - 1); else yield 1 } return [...g(100000)].length", "1"),
         ("return eval('('.repeat(100000) + '1' + ')'.repeat(100000))", "1"),
         ("return JSON.parse('['.repeat(100000) + ']'.repeat(100000)).length", "1"),
+        (
+            "let v = JSON.parse('{\"a\":'.repeat(100000) + '1' + '}'.repeat(100000)); let d = 0; for (; typeof v === 'object'; v = v.a) d++; return d",
+            "100000",
+        ),
     ] {
         let code = format!("async () => {{ try {{ {code} }} catch (e) {{ return e.message }} }}");
         let (outcome, _) = hostile(request(&code).timeout(Duration::from_secs(5))).await;

@@ -101,6 +101,32 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
     );
 }
 
+/// A tool's answer larger than the memory limit ends the run with the memory text,
+/// whichever path parses it (natively: an object with no tag; the codec's: one with an
+/// escape), and the next run is unaffected.
+#[tokio::test]
+async fn an_answer_past_the_memory_limit_ends_with_the_memory_text() {
+    let numbers = format!(r#"{{"result":[{}0]}}"#, "0,".repeat(8 << 20));
+    let text = format!(r#"{{"result":"{}"}}"#, "x".repeat(32 << 20));
+    let escaped = format!(r#"{{"result":"\u0041{}"}}"#, "x".repeat(32 << 20));
+    for answer in [numbers, text, escaped] {
+        let answer: std::sync::Arc<str> = answer.into();
+        let outcome = run(Request::new("async () => { const v = await store.x(); return v.length }")
+            .memory_limit_bytes(16 << 20)
+            .provider(ProviderDescriptor::new("store", ["x"]))
+            .dispatch(move |_call: ToolCall| {
+                let answer = answer.clone();
+                async move { answer.to_string() }
+            }))
+        .await;
+        assert_eq!(
+            json(&outcome),
+            r#"{"error":"Execution ran out of memory: the limit is 16777216 bytes.","kind":"memory","logs":[]}"#
+        );
+        assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
+    }
+}
+
 /// QuickJS (quickjs-ng, as rquickjs bundles it) throws what V8 throws here.
 /// A valid program of about `bytes` bytes: one array literal of ones, and its length.
 fn large_program(bytes: usize) -> String {

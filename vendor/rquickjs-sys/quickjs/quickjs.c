@@ -51202,8 +51202,9 @@ static void json_free_parse_record(JSContext *ctx, JSONParseRecord *pr)
 /* codemode-rs: the key an object's next token starts, when it is plain ASCII with
    no escape, made its atom without a string first (JS_NewAtomLen finds an existing
    atom without allocating); s->buf_ptr is then past it and s->token is left as it
-   was ('{' or ','). `expected` is the key most likely here, or JS_ATOM_NULL. Returns 1 when taken, 0 when the key is left to json_next_token
-   (which reads it, or reports what is there instead), -1 on an exception. */
+   was ('{' or ','). `expected` is the key most likely here, or JS_ATOM_NULL.
+   Returns 1 when taken, 0 when the key is left to json_next_token (which reads
+   it, or reports what is there instead), -1 on an exception. */
 static int json_fast_key(JSParseState *s, JSAtom *patom, JSAtom expected)
 {
     const uint8_t *p = s->buf_ptr, *q;
@@ -51281,14 +51282,8 @@ static JSValue json_make_object(JSContext *ctx, JSAtom *atoms, JSProperty *held,
 
 static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **hint);
 
-/* codemode-rs: an object when there is no reviver, s->token at '{'. Its first
-   JSON_HELD_PROPS properties are read before the object is made, so that it can take
-   the shape of the previous object of the same array (*hint, updated here) when its
-   keys are the same, in the same order. Built a key at a time, each object of an
-   array would get a chain of shapes of its own: QuickJS grows a shape that one object
-   holds in place, so the shapes the previous object passed through are gone. A
-   repeated key or more properties than are held continue as before. */
-/* the key at place n of the previous object of the array, while the object is not made */
+/* codemode-rs: the key at place n of the previous object of the array, while the
+   object being read is not made yet */
 static inline JSAtom json_expected_key(JSShape **hint, JSValueConst val, int n)
 {
     if (!hint || !*hint || !JS_IsUndefined(val) || n >= (*hint)->prop_count)
@@ -51296,6 +51291,13 @@ static inline JSAtom json_expected_key(JSShape **hint, JSValueConst val, int n)
     return get_shape_prop(*hint)[n].atom;
 }
 
+/* codemode-rs: an object when there is no reviver, s->token at '{'. Its first
+   JSON_HELD_PROPS properties are read before the object is made, so that it can take
+   the shape of the previous object of the same array (*hint, updated here) when its
+   keys are the same, in the same order. Built a key at a time, each object of an
+   array would get a chain of shapes of its own: QuickJS grows a shape that one object
+   holds in place, so the shapes the previous object passed through are gone. A
+   repeated key or more properties than are held continue as before. */
 static JSValue json_parse_object(JSParseState *s, JSShape **hint)
 {
     JSContext *ctx = s->ctx;
