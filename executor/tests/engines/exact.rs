@@ -120,6 +120,9 @@ async fn json_is_read_as_the_standard_says() {
       out.push(JSON.stringify(shared), Object.isFrozen(shared[0]), Object.isFrozen(shared[4]), Object.keys(shared[5]).join());
       const wide = '{' + Array.from({ length: 20 }, (_, i) => '"k' + (i % 17) + '":' + i).join() + '}';
       out.push(JSON.stringify(JSON.parse('[' + wide + ',' + wide + ']')[1]));
+      // As deep as unpatched QuickJS read within the default stack limit (10,781 objects).
+      const depth = (v) => { let d = 0; for (; typeof v === 'object' && v !== null; v = Array.isArray(v) ? v[0] : v.a) d++; return d };
+      out.push(depth(JSON.parse('{"a":'.repeat(10000) + '1' + '}'.repeat(10000))), depth(JSON.parse('['.repeat(10000) + ']'.repeat(10000))), depth(JSON.parse('[{"a":'.repeat(5000) + '1' + '}]'.repeat(5000))));
       const sparse = JSON.parse('[[],{},[[]],{"a":{}}]');
       out.push(JSON.stringify(sparse), Array.isArray(sparse[0]), sparse.length);
       for (const bad of ['{"a" 1}', '{"a":1,}', '{,}', '[1,]', '{"a":01}', '{"a\u0001":1}', '{"a', '{"a":', '{"a":1', '[1', '{"a":1}x']) {
@@ -143,7 +146,7 @@ async fn json_is_read_as_the_standard_says() {
             r#""{\"a\":[1,{\"b\":null}],\"c\":true}","{\"a\":[10,20],\"b\":{\"c\":30}}",true,"#,
             r#""[{\"a\":1,\"b\":2,\"c\":\"x\"},{\"b\":4},{\"b\":5,\"a\":6},{\"a\":7,\"b\":\"y\"},{\"a\":8,\"b\":9,\"c\":10},{\"a\":2,\"b\":3},{\"z\":0}]",false,true,"a,b","#,
             r#""{\"k0\":17,\"k1\":18,\"k2\":19,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k10\":10,\"k11\":11,\"k12\":12,\"k13\":13,\"k14\":14,\"k15\":15,\"k16\":16}","#,
-            r#""[[],{},[[]],{\"a\":{}}]",true,4,"#,
+            r#"10000,10000,10000,"[[],{},[[]],{\"a\":{}}]",true,4,"#,
             r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
             r#""2,b,a,__proto__,n",3,true,true,12345678901234567000],"logs":[]}"#
         )

@@ -22455,6 +22455,14 @@ typedef struct JSParseState {
     JSFunctionDef *cur_func;
     bool is_module; /* parsing a module */
     bool allow_html_comments;
+    /* codemode-rs: JSON: the properties read for every open object not made yet
+       (json_parse_object), innermost last; kept here, not on the C stack, so that
+       nesting costs no more stack per level than before */
+    JSAtom *json_held_atoms;
+    JSProperty *json_held;
+    int json_held_count;
+    int json_held_size;
+    JSAtom json_key; /* codemode-rs: the key json_fast_key read */
 } JSParseState;
 
 typedef struct JSOpCode {
@@ -51200,12 +51208,12 @@ static void json_free_parse_record(JSContext *ctx, JSONParseRecord *pr)
 
 /* 'pr' can be NULL */
 /* codemode-rs: the key an object's next token starts, when it is plain ASCII with
-   no escape, made its atom without a string first (JS_NewAtomLen finds an existing
-   atom without allocating); s->buf_ptr is then past it and s->token is left as it
+   no escape, made its atom (in s->json_key) without a string first (JS_NewAtomLen
+   finds an existing atom without allocating); s->buf_ptr is then past it and s->token is left as it
    was ('{' or ','). `expected` is the key most likely here, or JS_ATOM_NULL.
    Returns 1 when taken, 0 when the key is left to json_next_token (which reads
    it, or reports what is there instead), -1 on an exception. */
-static int json_fast_key(JSParseState *s, JSAtom *patom, JSAtom expected)
+static no_inline int json_fast_key(JSParseState *s, JSAtom expected)
 {
     const uint8_t *p = s->buf_ptr, *q;
     JSAtom atom;
@@ -51228,7 +51236,7 @@ static int json_fast_key(JSParseState *s, JSAtom *patom, JSAtom expected)
         atom = JS_NewAtomLen(s->ctx, (const char *)p + 1, q - p - 1);
     if (atom == JS_ATOM_NULL)
         return -1;
-    *patom = atom;
+    s->json_key = atom;
     s->buf_ptr = q + 1;
     return 1;
 }
@@ -51241,8 +51249,8 @@ static int json_fast_key(JSParseState *s, JSAtom *patom, JSAtom expected)
    and value is freed or moved into it), with the shape `hint` when that shape has
    exactly these keys in this order as plain data properties of an Object.prototype
    object; else built a property at a time as JS_CreateProperty builds it. */
-static JSValue json_make_object(JSContext *ctx, JSAtom *atoms, JSProperty *held,
-                                int n, JSShape *hint)
+static no_inline JSValue json_make_object(JSContext *ctx, JSAtom *atoms, JSProperty *held,
+                                          int n, JSShape *hint)
 {
     JSValue val;
     JSProperty *own;
@@ -51280,15 +51288,147 @@ static JSValue json_make_object(JSContext *ctx, JSAtom *atoms, JSProperty *held,
     return val;
 }
 
-static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **hint);
-
-/* codemode-rs: the key at place n of the previous object of the array, while the
-   object being read is not made yet */
-static inline JSAtom json_expected_key(JSShape **hint, JSValueConst val, int n)
+/* codemode-rs: the object read from `base` made from its held properties, with the
+   shape `hint` when it fits (json_make_object); NULL on an exception. Nothing is held
+   from `base` after. */
+static no_inline JSObject *json_make_held(JSParseState *s, int base, JSShape *hint)
 {
-    if (!hint || !*hint || !JS_IsUndefined(val) || n >= (*hint)->prop_count)
+    JSValue val = json_make_object(s->ctx, s->json_held_atoms + base, s->json_held + base,
+                                   s->json_held_count - base, hint);
+    s->json_held_count = base;
+    return JS_IsException(val) ? NULL : JS_VALUE_GET_OBJ(val);
+}
+
+/* codemode-rs: hold one more property of the object read from `base`: 1 when held
+   (the atom and value are taken), 0 when the key is already held or JSON_HELD_PROPS
+   are (the object is to be made now), -1 on an exception. */
+static inline int json_hold(JSParseState *s, int base, JSAtom atom, JSValue value)
+{
+    int i;
+
+    for (i = base; i < s->json_held_count; i++) {
+        if (s->json_held_atoms[i] == atom)
+            return 0;
+    }
+    if (i - base >= JSON_HELD_PROPS)
+        return 0;
+    if (s->json_held_count == s->json_held_size) {
+        int size = max_int(16, s->json_held_size * 2);
+        JSAtom *atoms;
+        JSProperty *held;
+        atoms = js_realloc(s->ctx, s->json_held_atoms, sizeof(JSAtom) * size);
+        if (!atoms)
+            return -1;
+        s->json_held_atoms = atoms;
+        held = js_realloc(s->ctx, s->json_held, sizeof(JSProperty) * size);
+        if (!held)
+            return -1;
+        s->json_held = held;
+        s->json_held_size = size;
+    }
+    s->json_held_atoms[s->json_held_count] = atom;
+    s->json_held[s->json_held_count].u.value = value;
+    s->json_held_count++;
+    return 1;
+}
+
+/* codemode-rs: what is held from `base` freed (a failed object) */
+static no_inline void json_drop_held(JSParseState *s, int base)
+{
+    int i;
+
+    for (i = base; i < s->json_held_count; i++) {
+        JS_FreeAtom(s->ctx, s->json_held_atoms[i]);
+        JS_FreeValue(s->ctx, s->json_held[i].u.value);
+    }
+    s->json_held_count = base;
+}
+
+/* codemode-rs: a property of the made object, added as JS_CreateProperty adds a new
+   one, or defined again when the key repeats (the atom and value are taken); -1 on an
+   exception. */
+static inline int json_define(JSContext *ctx, JSObject *obj, JSAtom atom, JSValue value)
+{
+    JSProperty *own;
+    int ret;
+
+    if (!find_own_property(&own, obj, atom)) {
+        own = add_property(ctx, obj, atom, JS_PROP_C_W_E);
+        if (own) {
+            own->u.value = value;
+            ret = 0;
+        } else {
+            JS_FreeValue(ctx, value);
+            ret = -1;
+        }
+    } else {
+        ret = JS_DefinePropertyValue(ctx, JS_MKPTR(JS_TAG_OBJECT, obj), atom, value,
+                                     JS_PROP_C_W_E);
+    }
+    JS_FreeAtom(ctx, atom);
+    return ret;
+}
+
+/* codemode-rs: a property read for the object from `base`: held while the object is
+   not made (*pobj NULL) and fewer than JSON_HELD_PROPS distinct keys are; else the
+   object is made (*pobj set) and the property defined on it. The atom and value are
+   taken; -1 on an exception. One call, so that the caller keeps the value in no frame
+   slot of its own. */
+static no_inline int json_add(JSParseState *s, int base, JSObject **pobj, JSAtom atom,
+                              JSValue value)
+{
+    int held = 0;
+
+    if (!*pobj) {
+        held = json_hold(s, base, atom, value);
+        if (held == 0) {
+            *pobj = json_make_held(s, base, NULL);
+            if (!*pobj)
+                held = -1;
+        }
+        if (held < 0) {
+            JS_FreeValue(s->ctx, value);
+            JS_FreeAtom(s->ctx, atom);
+            return -1;
+        }
+    }
+    return held ? 0 : json_define(s->ctx, *pobj, atom, value);
+}
+
+/* codemode-rs: an element appended to the fresh array `val` at `idx`, as
+   JS_CreateProperty appends it (the value is taken); -1 on an exception. */
+static no_inline int json_append(JSContext *ctx, JSValueConst val, uint32_t idx, JSValue value)
+{
+    JSObject *p = JS_VALUE_GET_OBJ(val);
+
+    if (p->fast_array && idx == p->u.array.count)
+        return add_fast_array_element(ctx, p, value, JS_PROP_THROW);
+    return JS_DefinePropertyValueUint32(ctx, val, idx, value, JS_PROP_C_W_E);
+}
+
+/* codemode-rs: the key at the next place of the previous object of the array, while
+   the object being read (its properties held from `base`) is not made yet */
+static inline JSAtom json_expected_key(JSParseState *s, JSShape **hint, JSObject *made, int base)
+{
+    int n = s->json_held_count - base;
+    if (!hint || !*hint || made || n >= (*hint)->prop_count)
         return JS_ATOM_NULL;
     return get_shape_prop(*hint)[n].atom;
+}
+
+static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr);
+static JSValue json_parse_object(JSParseState *s, JSShape **hint);
+static JSValue json_parse_array(JSParseState *s);
+
+/* codemode-rs: a value when there is no reviver: objects and arrays read by the two
+   functions below, which call each other, so a level of nesting costs one frame */
+static inline JSValue json_parse_nested(JSParseState *s, JSShape **hint)
+{
+    if (s->token.val == '{')
+        return json_parse_object(s, hint);
+    if (s->token.val == '[')
+        return json_parse_array(s);
+    return json_parse_value(s, NULL);
 }
 
 /* codemode-rs: an object when there is no reviver, s->token at '{'. Its first
@@ -51297,25 +51437,29 @@ static inline JSAtom json_expected_key(JSShape **hint, JSValueConst val, int n)
    keys are the same, in the same order. Built a key at a time, each object of an
    array would get a chain of shapes of its own: QuickJS grows a shape that one object
    holds in place, so the shapes the previous object passed through are gone. A
-   repeated key or more properties than are held continue as before. */
-static JSValue json_parse_object(JSParseState *s, JSShape **hint)
+   repeated key or more properties than are held continue as before. The properties
+   are held in the parse state (from `base`), not on the C stack, and the helpers are
+   not inlined: a level of nesting costs no more stack than json_parse_value's. */
+static no_inline JSValue json_parse_object(JSParseState *s, JSShape **hint)
 {
-    JSContext *ctx = s->ctx;
-    JSValue val = JS_UNDEFINED, prop_val;
-    JSProperty held[JSON_HELD_PROPS], *own;
-    JSAtom atoms[JSON_HELD_PROPS], prop_name;
-    JSShape *sh;
-    int n = 0, i, fast_key, ret;
+    JSObject *obj = NULL; /* the object, once made */
+    JSValue prop_val;
+    JSAtom prop_name;
+    int base = s->json_held_count, r;
 
-    fast_key = json_fast_key(s, &prop_name, json_expected_key(hint, val, n));
-    if (fast_key < 0 || (!fast_key && json_next_token(s)))
+    if (js_check_stack_overflow(s->ctx->rt, 0))
+        return JS_ThrowStackOverflow(s->ctx);
+    if (js_poll_interrupts(s->ctx))
+        return JS_EXCEPTION;
+    r = json_fast_key(s, json_expected_key(s, hint, obj, base));
+    if (r < 0 || (!r && json_next_token(s)))
         goto fail;
-    if (fast_key || s->token.val != '}') {
+    if (r || s->token.val != '}') {
         for(;;) {
-            if (fast_key) {
-                /* prop_name is set */
+            if (r) {
+                prop_name = s->json_key;
             } else if (s->token.val == TOK_STRING) {
-                prop_name = JS_ValueToAtom(ctx, s->token.u.str.str);
+                prop_name = JS_ValueToAtom(s->ctx, s->token.u.str.str);
                 if (prop_name == JS_ATOM_NULL)
                     goto fail;
             } else {
@@ -51330,88 +51474,95 @@ static JSValue json_parse_object(JSParseState *s, JSShape **hint)
             }
             if (json_next_token(s))
                 goto fail1;
-            prop_val = json_parse_value(s, NULL, NULL);
+            prop_val = json_parse_nested(s, NULL);
             if (JS_IsException(prop_val)) {
             fail1:
-                JS_FreeAtom(ctx, prop_name);
+                JS_FreeAtom(s->ctx, prop_name);
                 goto fail;
             }
-            if (JS_IsUndefined(val)) {
-                for (i = 0; i < n && atoms[i] != prop_name; i++)
-                    continue;
-                if (i == n && n < JSON_HELD_PROPS) {
-                    atoms[n] = prop_name;
-                    held[n].u.value = prop_val;
-                    n++;
-                    goto next;
-                }
-                val = json_make_object(ctx, atoms, held, n, NULL);
-                n = 0;
-                if (JS_IsException(val)) {
-                    JS_FreeValue(ctx, prop_val);
-                    JS_FreeAtom(ctx, prop_name);
-                    goto fail;
-                }
-            }
-            if (!find_own_property(&own, JS_VALUE_GET_OBJ(val), prop_name)) {
-                own = add_property(ctx, JS_VALUE_GET_OBJ(val), prop_name, JS_PROP_C_W_E);
-                if (own) {
-                    own->u.value = prop_val;
-                    ret = 0;
-                } else {
-                    JS_FreeValue(ctx, prop_val);
-                    ret = -1;
-                }
-            } else {
-                ret = JS_DefinePropertyValue(ctx, val, prop_name,
-                                             prop_val, JS_PROP_C_W_E);
-            }
-            JS_FreeAtom(ctx, prop_name);
-            if (ret < 0)
+            if (json_add(s, base, &obj, prop_name, prop_val) < 0)
                 goto fail;
-        next:
             if (s->token.val == '}')
                 break;
             if (s->token.val != ',') {
                 json_parse_error(s, s->token.ptr, "Expected ',' or '}' after property value");
                 goto fail;
             }
-            fast_key = json_fast_key(s, &prop_name, json_expected_key(hint, val, n));
-            if (fast_key < 0 || (!fast_key && json_next_token(s)))
+            r = json_fast_key(s, json_expected_key(s, hint, obj, base));
+            if (r < 0 || (!r && json_next_token(s)))
                 goto fail;
         }
     }
     if (json_next_token(s))
         goto fail;
-    if (JS_IsUndefined(val)) {
-        val = json_make_object(ctx, atoms, held, n, hint ? *hint : NULL);
-        n = 0;
-        if (JS_IsException(val))
+    if (!obj) {
+        obj = json_make_held(s, base, hint ? *hint : NULL);
+        if (!obj)
             goto fail;
     }
-    if (hint) {
-        sh = JS_VALUE_GET_OBJ(val)->shape;
-        if (*hint != sh) {
-            if (*hint)
-                js_free_shape(ctx->rt, *hint);
-            *hint = js_dup_shape(sh);
-        }
+    if (hint && *hint != obj->shape) {
+        if (*hint)
+            js_free_shape(s->ctx->rt, *hint);
+        *hint = js_dup_shape(obj->shape);
     }
-    return val;
+    return JS_MKPTR(JS_TAG_OBJECT, obj);
  fail:
-    for (i = 0; i < n; i++) {
-        JS_FreeAtom(ctx, atoms[i]);
-        JS_FreeValue(ctx, held[i].u.value);
-    }
-    JS_FreeValue(ctx, val);
+    json_drop_held(s, base);
+    if (obj)
+        JS_FreeValue(s->ctx, JS_MKPTR(JS_TAG_OBJECT, obj));
     return JS_EXCEPTION;
 }
 
-static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **hint)
+/* codemode-rs: an array when there is no reviver, s->token at '['; each object in it
+   is given the previous one's shape to take (json_parse_object). */
+static no_inline JSValue json_parse_array(JSParseState *s)
+{
+    JSValue val, el;
+    JSShape *hint = NULL;
+    uint32_t idx;
+
+    if (js_check_stack_overflow(s->ctx->rt, 0))
+        return JS_ThrowStackOverflow(s->ctx);
+    if (js_poll_interrupts(s->ctx))
+        return JS_EXCEPTION;
+    if (json_next_token(s))
+        return JS_EXCEPTION;
+    val = JS_NewArray(s->ctx);
+    if (JS_IsException(val))
+        return val;
+    if (s->token.val != ']') {
+        for(idx = 0;; idx++) {
+            el = json_parse_nested(s, &hint);
+            if (JS_IsException(el))
+                goto fail;
+            if (json_append(s->ctx, val, idx, el) < 0)
+                goto fail;
+            if (s->token.val == ']')
+                break;
+            if (s->token.val != ',') {
+                json_parse_error(s, s->token.ptr, "Expected ',' or ']' after array element");
+                goto fail;
+            }
+            if (json_next_token(s))
+                goto fail;
+        }
+    }
+    if (json_next_token(s))
+        goto fail;
+    if (hint)
+        js_free_shape(s->ctx->rt, hint);
+    return val;
+ fail:
+    if (hint)
+        js_free_shape(s->ctx->rt, hint);
+    JS_FreeValue(s->ctx, val);
+    return JS_EXCEPTION;
+}
+
+static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
 {
     JSContext *ctx = s->ctx;
     JSValue val = JS_NULL;
-    JSShape *shape_hint = NULL; /* codemode-rs: see json_parse_object */
     int ret;
 
     if (js_check_stack_overflow(ctx->rt, 0)) {
@@ -51428,7 +51579,7 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
     switch(s->token.val) {
     case '{':
         if (!pr) { /* codemode-rs */
-            val = json_parse_object(s, hint);
+            val = json_parse_object(s, NULL);
             if (JS_IsException(val))
                 goto fail;
             break;
@@ -51473,7 +51624,7 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
                     } else {
                         pr1 = NULL;
                     }
-                    prop_val = json_parse_value(s, pr1, NULL);
+                    prop_val = json_parse_value(s, pr1);
                     if (JS_IsException(prop_val)) {
                     fail1:
                         JS_FreeAtom(ctx, prop_name);
@@ -51500,6 +51651,12 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
         }
         break;
     case '[':
+        if (!pr) { /* codemode-rs */
+            val = json_parse_array(s);
+            if (JS_IsException(val))
+                goto fail;
+            break;
+        }
         {
             JSValue el;
             uint32_t idx;
@@ -51526,17 +51683,10 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
                     } else {
                         pr1 = NULL;
                     }
-                    el = json_parse_value(s, pr1, pr ? NULL : &shape_hint);
+                    el = json_parse_value(s, pr1);
                     if (JS_IsException(el))
                         goto fail;
-                    /* codemode-rs: the next element of a fresh fast array is
-                       appended as JS_CreateProperty appends it */
-                    if (JS_VALUE_GET_OBJ(val)->fast_array &&
-                        idx == JS_VALUE_GET_OBJ(val)->u.array.count) {
-                        ret = add_fast_array_element(ctx, JS_VALUE_GET_OBJ(val), el, JS_PROP_THROW);
-                    } else {
-                        ret = JS_DefinePropertyValueUint32(ctx, val, idx, el, JS_PROP_C_W_E);
-                    }
+                    ret = JS_DefinePropertyValueUint32(ctx, val, idx, el, JS_PROP_C_W_E);
                     if (ret < 0)
                         goto fail;
                     if (s->token.val == ']')
@@ -51549,9 +51699,6 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
                         goto fail;
                 }
             }
-            if (shape_hint) /* codemode-rs */
-                js_free_shape(ctx->rt, shape_hint);
-            shape_hint = NULL;
             if (json_next_token(s))
                 goto fail;
         }
@@ -51610,8 +51757,6 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr, JSShape **
     }
     return val;
  fail:
-    if (shape_hint) /* codemode-rs */
-        js_free_shape(ctx->rt, shape_hint);
     json_free_parse_record(ctx, pr);
     JS_FreeValue(ctx, val);
     return JS_EXCEPTION;
@@ -51626,7 +51771,9 @@ static JSValue JS_ParseJSON_internal(JSContext *ctx, const char *buf, size_t buf
     js_parse_init(ctx, s, buf, buf_len, filename, 1);
     if (json_next_token(s))
         goto fail;
-    val = json_parse_value(s, pr, NULL);
+    val = json_parse_value(s, pr);
+    js_free(ctx, s->json_held_atoms); /* codemode-rs: empty by now */
+    js_free(ctx, s->json_held);
     if (JS_IsException(val))
         goto fail;
     if (s->token.val != TOK_EOF) {
