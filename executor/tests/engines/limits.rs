@@ -127,6 +127,24 @@ async fn an_answer_past_the_memory_limit_ends_with_the_memory_text() {
     }
 }
 
+/// The deadline passing while a large answer is parsed ends the run with the timeout
+/// text (the program would spin after it anyway), and the next run is unaffected.
+#[tokio::test]
+async fn a_deadline_during_an_answers_parse_ends_with_the_timeout_text() {
+    let answer: std::sync::Arc<str> = format!(r#"{{"result":[{}0]}}"#, "12345,".repeat(4 << 20)).into();
+    let outcome = run(Request::new("async () => { await store.x(); while (true) {} }")
+        .memory_limit_bytes(1 << 30)
+        .timeout(Duration::from_millis(20))
+        .provider(ProviderDescriptor::new("store", ["x"]))
+        .dispatch(move |_call: ToolCall| {
+            let answer = answer.clone();
+            async move { answer.to_string() }
+        }))
+    .await;
+    assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 20 ms.","kind":"timeout","logs":[]}"#);
+    assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
+}
+
 /// QuickJS (quickjs-ng, as rquickjs bundles it) throws what V8 throws here.
 /// A valid program of about `bytes` bytes: one array literal of ones, and its length.
 fn large_program(bytes: usize) -> String {

@@ -45,7 +45,7 @@ pub(super) fn from_host<'s>(
         HostValue::String(text) => string(scope, &text)?.into(),
         HostValue::Json(text) => {
             let source = string(scope, &text)?;
-            match parse_json(scope, source) {
+            match parse_json(scope, source)? {
                 // No prototype: the array goes through Promise.resolve, which must find no
                 // `then` a program put on Array.prototype (a string never had one).
                 Some(value) => {
@@ -55,7 +55,7 @@ pub(super) fn from_host<'s>(
                     array.into()
                 }
                 // A syntax error leaves the text to the codec's own path, which says what is
-                // wrong as it always did (a stop is met again as soon as JavaScript runs).
+                // wrong as it always did.
                 None => source.into(),
             }
         }
@@ -88,13 +88,19 @@ pub(super) fn from_host<'s>(
     })
 }
 
-/// `text` parsed by V8's own JSON parser; `None`, with nothing thrown, when it is not JSON.
+/// `text` parsed by V8's own JSON parser: `Some(None)`, with nothing thrown, when it is not
+/// JSON; `None` when the parse was stopped (the deadline, the heap limit), so the caller
+/// gives up as for any stop rather than go on with the text.
 fn parse_json<'s>(
     scope: &mut v8::PinScope<'s, '_>,
     text: v8::Local<'s, v8::String>,
-) -> Option<v8::Local<'s, v8::Value>> {
+) -> Option<Option<v8::Local<'s, v8::Value>>> {
     v8::tc_scope!(let scope, scope);
-    v8::json::parse(scope, text)
+    match v8::json::parse(scope, text) {
+        Some(value) => Some(Some(value)),
+        None if scope.has_terminated() || scope.is_execution_terminating() => None,
+        None => Some(None),
+    }
 }
 
 /// A JavaScript string; `None` with V8's own RangeError thrown when it is past V8's longest.
