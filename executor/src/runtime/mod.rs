@@ -5,8 +5,8 @@
 //! engine from its thread: answers arriving from the host, timers falling due, the
 //! deadline and the host's cancel. It owns the call table and its bounds, the timer
 //! schedule, the log budget, rejection tracking, the memory budget's host side and the
-//! settlement with its texts, and reports the run's events to a watcher ([`crate::watch`]). An engine only offers primitives
-//! ([`crate::engine::Engine`]).
+//! settlement with its texts, and reports the run's events to a watcher
+//! ([`crate::watch`]). An engine only offers primitives ([`crate::engine::Engine`]).
 
 mod calls;
 mod prelude;

@@ -101,6 +101,15 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
     );
 }
 
+/// `request` with the provider `store`, whose tool `x` answers `answer` at once.
+fn answered(request: Request, answer: String) -> Request {
+    let answer: std::sync::Arc<str> = answer.into();
+    request.provider(ProviderDescriptor::new("store", ["x"])).dispatch(move |_call: ToolCall| {
+        let answer = answer.clone();
+        async move { answer.to_string() }
+    })
+}
+
 /// A tool's answer larger than the memory limit ends the run with the memory text,
 /// whichever path parses it (natively: an object with no tag; the codec's: one with an
 /// escape), and the next run is unaffected.
@@ -110,14 +119,11 @@ async fn an_answer_past_the_memory_limit_ends_with_the_memory_text() {
     let text = format!(r#"{{"result":"{}"}}"#, "x".repeat(32 << 20));
     let escaped = format!(r#"{{"result":"\u0041{}"}}"#, "x".repeat(32 << 20));
     for answer in [numbers, text, escaped] {
-        let answer: std::sync::Arc<str> = answer.into();
-        let outcome = run(Request::new("async () => { const v = await store.x(); return v.length }")
-            .memory_limit_bytes(16 << 20)
-            .provider(ProviderDescriptor::new("store", ["x"]))
-            .dispatch(move |_call: ToolCall| {
-                let answer = answer.clone();
-                async move { answer.to_string() }
-            }))
+        let outcome = run(answered(
+            Request::new("async () => { const v = await store.x(); return v.length }")
+                .memory_limit_bytes(16 << 20),
+            answer,
+        ))
         .await;
         assert_eq!(
             json(&outcome),
@@ -131,16 +137,11 @@ async fn an_answer_past_the_memory_limit_ends_with_the_memory_text() {
 /// text (the program would spin after it anyway), and the next run is unaffected.
 #[tokio::test]
 async fn a_deadline_during_an_answers_parse_ends_with_the_timeout_text() {
-    let answer: std::sync::Arc<str> = format!(r#"{{"result":[{}0]}}"#, "12345,".repeat(4 << 20)).into();
-    let outcome = run(Request::new("async () => { await store.x(); while (true) {} }")
+    let answer = format!(r#"{{"result":[{}0]}}"#, "12345,".repeat(4 << 20));
+    let request = Request::new("async () => { await store.x(); while (true) {} }")
         .memory_limit_bytes(1 << 30)
-        .timeout(Duration::from_millis(20))
-        .provider(ProviderDescriptor::new("store", ["x"]))
-        .dispatch(move |_call: ToolCall| {
-            let answer = answer.clone();
-            async move { answer.to_string() }
-        }))
-    .await;
+        .timeout(Duration::from_millis(20));
+    let outcome = run(answered(request, answer)).await;
     assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 20 ms.","kind":"timeout","logs":[]}"#);
     assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
 }

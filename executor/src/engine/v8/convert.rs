@@ -45,10 +45,10 @@ pub(super) fn from_host<'s>(
         HostValue::String(text) => string(scope, &text)?.into(),
         HostValue::Json(text) => {
             let source = string(scope, &text)?;
-            match parse_json(scope, source)? {
+            match parse_json(scope, source) {
                 // No prototype: the array goes through Promise.resolve, which must find no
                 // `then` a program put on Array.prototype (a string never had one).
-                Some(value) => {
+                Parsed::Value(value) => {
                     let array = v8::Array::new_with_elements(scope, &[value]);
                     let null = v8::null(scope).into();
                     array.set_prototype(scope, null)?;
@@ -56,7 +56,9 @@ pub(super) fn from_host<'s>(
                 }
                 // A syntax error leaves the text to the codec's own path, which says what is
                 // wrong as it always did.
-                None => source.into(),
+                Parsed::NotJson => source.into(),
+                // Given up as for any stop, rather than go on with the text.
+                Parsed::Stopped => return None,
             }
         }
         HostValue::Bytes(bytes) => {
@@ -88,18 +90,21 @@ pub(super) fn from_host<'s>(
     })
 }
 
-/// `text` parsed by V8's own JSON parser: `Some(None)`, with nothing thrown, when it is not
-/// JSON; `None` when the parse was stopped (the deadline, the heap limit), so the caller
-/// gives up as for any stop rather than go on with the text.
-fn parse_json<'s>(
-    scope: &mut v8::PinScope<'s, '_>,
-    text: v8::Local<'s, v8::String>,
-) -> Option<Option<v8::Local<'s, v8::Value>>> {
+/// What V8's own JSON parser made of a text.
+enum Parsed<'s> {
+    Value(v8::Local<'s, v8::Value>),
+    /// Not JSON; nothing is thrown.
+    NotJson,
+    /// The parse was stopped (the deadline, the heap limit).
+    Stopped,
+}
+
+fn parse_json<'s>(scope: &mut v8::PinScope<'s, '_>, text: v8::Local<'s, v8::String>) -> Parsed<'s> {
     v8::tc_scope!(let scope, scope);
     match v8::json::parse(scope, text) {
-        Some(value) => Some(Some(value)),
-        None if scope.has_terminated() || scope.is_execution_terminating() => None,
-        None => Some(None),
+        Some(value) => Parsed::Value(value),
+        None if scope.has_terminated() || scope.is_execution_terminating() => Parsed::Stopped,
+        None => Parsed::NotJson,
     }
 }
 
