@@ -146,6 +146,25 @@ async fn a_deadline_during_an_answers_parse_ends_with_the_timeout_text() {
     assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
 }
 
+/// Cyclic garbage is still collected in a program that parses JSON again and again, with
+/// parses that fail among them: QuickJS holds its collections while a text is parsed (the
+/// parse makes no garbage) and takes them up again after, failed or not. 400 cycles of
+/// 100 KB each are 40 MB, more than twice the limit, unless they are collected.
+#[tokio::test]
+async fn cyclic_garbage_is_collected_between_json_parses() {
+    let code = r#"async () => {
+        for (let i = 0; i < 400; i++) {
+            const cycle = { text: 'x'.repeat(100000) + i };
+            cycle.self = cycle;
+            JSON.parse('[{"a":1},{"a":2}]');
+            try { JSON.parse('[{"a":1},'); } catch {}
+        }
+        return 'collected';
+    }"#;
+    let outcome = run(Request::new(code).memory_limit_bytes(16 << 20)).await;
+    assert_eq!(json(&outcome), r#"{"result":"collected","logs":[]}"#);
+}
+
 /// QuickJS (quickjs-ng, as rquickjs bundles it) throws what V8 throws here.
 /// A valid program of about `bytes` bytes: one array literal of ones, and its length.
 fn large_program(bytes: usize) -> String {

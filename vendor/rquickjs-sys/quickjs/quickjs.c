@@ -360,6 +360,8 @@ struct JSRuntime {
     struct list_head gc_zero_ref_count_list;
     struct list_head tmp_obj_list; /* used during GC */
     JSGCPhaseEnum gc_phase : 8;
+    /* codemode-rs: set while JSON is parsed, when no collection is needed (JS_ParseJSON_internal) */
+    bool gc_deferred;
     size_t malloc_gc_threshold;
 #ifdef ENABLE_DUMPS // JS_DUMP_LEAKS
     struct list_head string_list; /* list of JSString.link */
@@ -1691,7 +1693,7 @@ static void js_trigger_gc(JSRuntime *rt, size_t size)
     force_gc = ((rt->malloc_state.malloc_size + size) >
                 rt->malloc_gc_threshold);
 #endif
-    if (force_gc) {
+    if (force_gc && !rt->gc_deferred) {
 #ifdef ENABLE_DUMPS // JS_DUMP_GC
         if (check_dump_flag(rt, JS_DUMP_GC)) {
             printf("GC: size=%zd\n", rt->malloc_state.malloc_size);
@@ -51767,11 +51769,23 @@ static JSValue JS_ParseJSON_internal(JSContext *ctx, const char *buf, size_t buf
 {
     JSParseState s1, *s = &s1;
     JSValue val = JS_UNDEFINED;
+    JSRuntime *rt = ctx->rt;
+    bool deferred = rt->gc_deferred;
 
     js_parse_init(ctx, s, buf, buf_len, filename, 1);
     if (json_next_token(s))
         goto fail;
+    /* codemode-rs: a parse makes only fresh values that nothing else refers to and runs
+       no JavaScript, so it makes no cyclic garbage: collect before it if it would cross
+       the threshold, not again and again on the heap it is building, and count the
+       parse's growth afterwards as a collection would have. */
+    js_trigger_gc(rt, buf_len);
+    rt->gc_deferred = true;
     val = json_parse_value(s, pr);
+    rt->gc_deferred = deferred;
+    if (rt->malloc_state.malloc_size > rt->malloc_gc_threshold)
+        rt->malloc_gc_threshold = rt->malloc_state.malloc_size +
+            (rt->malloc_state.malloc_size >> 1);
     js_free(ctx, s->json_held_atoms); /* codemode-rs: empty by now */
     js_free(ctx, s->json_held);
     if (JS_IsException(val))
