@@ -150,6 +150,11 @@ fn main() {
     #[cfg(feature = "disable-assertions")]
     defines.push(("NDEBUG".into(), None));
 
+    // codemode-rs: tests check that a runtime's teardown finds nothing held (PATCHES.md).
+    if env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_some() {
+        defines.push(("CODEMODE_CHECK_TEARDOWN".into(), None));
+    }
+
     let target_os = env::var("CARGO_CFG_TARGET_OS").unwrap();
     let target_env = env::var("CARGO_CFG_TARGET_ENV").unwrap();
 
