@@ -1388,7 +1388,6 @@ static JSValue js_compile_regexp(JSContext *ctx, JSValueConst pattern,
 static JSValue js_regexp_constructor_internal(JSContext *ctx, JSValueConst ctor,
                                               JSValue pattern, JSValue bc);
 static void gc_decref(JSRuntime *rt);
-static void gc_scan(JSRuntime *rt);
 static void gc_free_cycles(JSRuntime *rt);
 static int JS_NewClass1(JSRuntime *rt, JSClassID class_id,
                         const JSClassDef *class_def, JSAtom name);
@@ -2667,12 +2666,10 @@ void JS_FreeRuntime(JSRuntime *rt)
 
     /* codemode-rs: at teardown every object is garbage, so the collector's two marking
        passes, which would find out just that, are skipped and all is freed as a collected
-       cycle is. A build with debug assertions marks anyway and asserts that nothing is
-       held from outside, which leaves the same state. */
+       cycle is (the state the marking leaves when nothing is held from outside). A build
+       with debug assertions collects as before, so the assertion below checks that. */
 #ifdef CODEMODE_CHECK_TEARDOWN
-    gc_decref(rt);
-    gc_scan(rt);
-    assert(list_empty(&rt->gc_obj_list));
+    JS_RunGC(rt);
 #else
     init_list_head(&rt->tmp_obj_list);
     list_for_each_safe(el, el1, &rt->gc_obj_list) {
@@ -2681,8 +2678,8 @@ void JS_FreeRuntime(JSRuntime *rt)
         list_del(&p->link);
         list_add_tail(&p->link, &rt->tmp_obj_list);
     }
-#endif
     gc_free_cycles(rt);
+#endif
 
 #ifdef ENABLE_DUMPS // JS_DUMP_LEAKS
     /* leaking objects */
@@ -8232,11 +8229,17 @@ static void build_backtrace(JSContext *ctx, JSValueConst error_val,
     uint32_t i;
     double d;
     int stack_trace_limit;
+    bool gc_deferred;
 
     rt = ctx->rt;
     if (rt->in_build_stack_trace)
         return;
     rt->in_build_stack_trace = true;
+    /* codemode-rs: an error made inside a JSON parse may call the program's
+       Error.prepareStackTrace or stackTraceLimit's valueOf, which can make cyclic
+       garbage: collections run again while it does (JS_ParseJSON_internal). */
+    gc_deferred = rt->gc_deferred;
+    rt->gc_deferred = false;
     error_obj = js_dup(error_val);
 
     // Save exception because conversion to double may fail.
@@ -8421,6 +8424,7 @@ static void build_backtrace(JSContext *ctx, JSValueConst error_val,
     }
 
     JS_FreeValue(ctx, error_obj);
+    rt->gc_deferred = gc_deferred;
     rt->in_build_stack_trace = false;
 }
 
@@ -51783,28 +51787,42 @@ static JSValue json_parse_value(JSParseState *s, JSONParseRecord *pr)
     return JS_EXCEPTION;
 }
 
+/* codemode-rs: heap a parse is expected to make per byte of text, at most (numbers
+   in an array: 16 bytes a value for two bytes of text) */
+#define JSON_HEAP_PER_BYTE 8
+
 static JSValue JS_ParseJSON_internal(JSContext *ctx, const char *buf, size_t buf_len,
                                      const char *filename, JSONParseRecord *pr)
 {
     JSParseState s1, *s = &s1;
     JSValue val = JS_UNDEFINED;
     JSRuntime *rt = ctx->rt;
-    bool deferred = rt->gc_deferred;
+    bool deferred = rt->gc_deferred, collected;
 
     js_parse_init(ctx, s, buf, buf_len, filename, 1);
     if (json_next_token(s))
         goto fail;
-    /* codemode-rs: a parse makes only fresh values that nothing else refers to and runs
-       no JavaScript, so it makes no cyclic garbage: collect before it if it would cross
-       the threshold, not again and again on the heap it is building, and count the
-       parse's growth afterwards as a collection would have. */
-    js_trigger_gc(rt, buf_len);
+    /* codemode-rs: a parse makes only fresh values that nothing else refers to, so it
+       makes no cyclic garbage (an error's backtrace, which may run the program's code,
+       lifts this: build_backtrace). Rather than collect again and again on the heap it
+       is building, collect before it if it may cross the threshold (cheap: the heap does
+       not hold its result yet), then none while it runs; after it, grow the threshold as
+       a collection would, or collect once if the text grew past what was foreseen. */
+    collected = false;
+    if (!deferred && rt->malloc_state.malloc_size + buf_len * JSON_HEAP_PER_BYTE >
+        rt->malloc_gc_threshold) {
+        JS_RunGC(rt);
+        collected = true;
+    }
     rt->gc_deferred = true;
     val = json_parse_value(s, pr);
     rt->gc_deferred = deferred;
-    if (rt->malloc_state.malloc_size > rt->malloc_gc_threshold)
+    if (collected || rt->malloc_state.malloc_size > rt->malloc_gc_threshold) {
+        if (!collected)
+            JS_RunGC(rt);
         rt->malloc_gc_threshold = rt->malloc_state.malloc_size +
             (rt->malloc_state.malloc_size >> 1);
+    }
     js_free(ctx, s->json_held_atoms); /* codemode-rs: empty by now */
     js_free(ctx, s->json_held);
     if (JS_IsException(val))
