@@ -23825,7 +23825,10 @@ static JSAtom json_parse_ident(JSParseState *s, const uint8_t **pp, int c)
     return atom;
 }
 
-static __exception int json_next_token(JSParseState *s)
+/* codemode-rs: the token json_next_token reads when it is not a punctuator or a
+   keyword (json_next_token below), kept out of line so the common tokens pay for
+   none of its frame */
+static no_inline __exception int json_next_token_slow(JSParseState *s)
 {
     const uint8_t *p, *p_next;
     int c;
@@ -23959,6 +23962,92 @@ static __exception int json_next_token(JSParseState *s)
  fail:
     s->token.val = TOK_ERROR;
     return -1;
+}
+
+/* codemode-rs: the keyword `word` (true, false, null: `len` bytes) when the text at p
+   is exactly it, not the start of a longer identifier; reads no further than the
+   first byte that differs, so never past the text's terminating NUL */
+static inline bool json_is_keyword(const uint8_t *p, const char *word, int len)
+{
+    int i, c;
+
+    for (i = 1; i < len; i++) {
+        if (p[i] != (uint8_t)word[i])
+            return false;
+    }
+    c = p[len];
+    return c >= 128 || !((lre_id_continue_table_ascii[c >> 5] >> (c & 31)) & 1);
+}
+
+/* codemode-rs: the token of `len` bytes at p (a punctuator c, or the keyword `atom`)
+   made the current one, every field of the parse state set as json_next_token_slow
+   sets it, its stack check included */
+static inline int json_take_token(JSParseState *s, const uint8_t *p, int c, int len,
+                                  JSAtom atom)
+{
+    if (js_check_stack_overflow(s->ctx->rt, 1000)) {
+        JS_ThrowStackOverflow(s->ctx);
+        return -1;
+    }
+    json_free_token(s, &s->token);
+    s->last_ptr = p;
+    s->last_line_num = s->token.line_num;
+    s->last_col_num = s->token.col_num;
+    s->token.line_num = s->line_num;
+    s->token.ptr = p;
+    s->token.line_start = s->line_start;
+    if (atom == JS_ATOM_NULL) {
+        s->token.val = c;
+    } else {
+        s->token.u.ident.atom = atom;
+        s->token.u.ident.has_escape = false;
+        s->token.u.ident.is_reserved = false;
+        s->token.val = TOK_IDENT;
+    }
+    s->token.col_num = s->mark - s->eol;
+    s->buf_ptr = p + len;
+    return 0;
+}
+
+/* codemode-rs: the next token, as json_next_token_slow reads it, with the common
+   ones read here: a punctuator not preceded by whitespace, and true, false and null
+   as their predefined atoms (no lookup; freeing one is a no-op). Every field of the
+   parse state is left as the slow path leaves it, so positions in errors and stacks
+   are unchanged. Not inlined, so that the recursive readers' frames stay as small as
+   before (a level of nesting costs no more stack). */
+static no_inline __exception int json_next_token(JSParseState *s)
+{
+    const uint8_t *p = s->buf_ptr;
+    JSAtom atom;
+    int c = *p, len;
+
+    switch (c) {
+    case '{': case '}': case '[': case ']': case ':': case ',':
+        atom = JS_ATOM_NULL;
+        len = 1;
+        break;
+    case 't':
+        if (!json_is_keyword(p, "true", 4))
+            return json_next_token_slow(s);
+        atom = JS_ATOM_true;
+        len = 4;
+        break;
+    case 'f':
+        if (!json_is_keyword(p, "false", 5))
+            return json_next_token_slow(s);
+        atom = JS_ATOM_false;
+        len = 5;
+        break;
+    case 'n':
+        if (!json_is_keyword(p, "null", 4))
+            return json_next_token_slow(s);
+        atom = JS_ATOM_null;
+        len = 4;
+        break;
+    default:
+        return json_next_token_slow(s);
+    }
+    return json_take_token(s, p, c, len, atom);
 }
 
 #ifndef QJS_DISABLE_PARSER
@@ -51231,39 +51320,80 @@ static void json_free_parse_record(JSContext *ctx, JSONParseRecord *pr)
     pr->value = JS_UNDEFINED; /* fail safe */
 }
 
+/* codemode-rs: the bytes a key json_fast_key reads may hold: printable ASCII and DEL,
+   but not '"' or '\\' (a NUL is not one: the text's terminating NUL ends a scan) */
+static const uint8_t json_plain_key_byte[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 /* 'pr' can be NULL */
 /* codemode-rs: the key an object's next token starts, when it is plain ASCII with
    no escape, made its atom (in s->json_key) without a string first (JS_NewAtomLen
-   finds an existing atom without allocating); s->buf_ptr is then past it and s->token is left as it
-   was ('{' or ','). `expected` is the key most likely here, or JS_ATOM_NULL.
-   Returns 1 when taken, 0 when the key is left to json_next_token (which reads
-   it, or reports what is there instead), -1 on an exception. */
+   finds an existing atom without allocating); s->buf_ptr is then past it and s->token
+   is left as it was ('{' or ','). `expected` is the key most likely here, or
+   JS_ATOM_NULL. Returns 1 when taken, 2 when taken with the ':' right after it (then
+   the current token, as json_next_token would have made it), 0 when the key is left
+   to json_next_token (which reads it, or reports what is there instead), -1 on an
+   exception. */
 static no_inline int json_fast_key(JSParseState *s, JSAtom expected)
 {
-    const uint8_t *p = s->buf_ptr, *q;
+    const uint8_t *p = s->buf_ptr, *q, *k;
     JSAtom atom;
     JSString *e;
+    uint32_t i, len;
 
     if (p >= s->buf_end || *p != '"')
         return 0;
-    for (q = p + 1; q < s->buf_end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80; q++)
-        continue;
-    if (q >= s->buf_end || *q != '"')
-        return 0;
-    /* the key `expected` (the one at this place in the previous object) is compared,
-       not looked up */
+    /* the key `expected` (the one at this place in the previous object) is compared
+       where it would be, without a scan first: the text holds it exactly when its
+       bytes are the key's, each plain, and a quote follows */
     e = expected != JS_ATOM_NULL && !__JS_AtomIsTaggedInt(expected) ?
         s->ctx->rt->atom_array[expected] : NULL;
     if (e && e->atom_type == JS_ATOM_TYPE_STRING && !e->is_wide_char &&
-        e->len == q - p - 1 && !memcmp(str8(e), p + 1, e->len))
-        atom = JS_DupAtom(s->ctx, expected);
-    else
-        atom = JS_NewAtomLen(s->ctx, (const char *)p + 1, q - p - 1);
+        (len = e->len) < (size_t)(s->buf_end - p - 1) && p[1 + len] == '"') {
+        k = str8(e);
+        for (i = 0; i < len && p[1 + i] == k[i] && json_plain_key_byte[k[i]]; i++)
+            continue;
+        if (i == len) {
+            if (!__JS_AtomIsConst(expected))
+                JS_REF_COUNT(e)++;
+            s->json_key = expected;
+            q = p + 1 + len;
+            goto taken;
+        }
+    }
+    for (q = p + 1; json_plain_key_byte[*q]; q++)
+        continue;
+    if (q >= s->buf_end || *q != '"')
+        return 0;
+    atom = JS_NewAtomLen(s->ctx, (const char *)p + 1, q - p - 1);
     if (atom == JS_ATOM_NULL)
         return -1;
     s->json_key = atom;
+ taken:
     s->buf_ptr = q + 1;
-    return 1;
+    if (q[1] != ':')
+        return 1;
+    if (json_take_token(s, q + 1, ':', 1, JS_ATOM_NULL)) {
+        JS_FreeAtom(s->ctx, s->json_key);
+        return -1;
+    }
+    return 2;
 }
 
 /* codemode-rs: how many properties of an object json_parse_object holds before the
@@ -51491,7 +51621,7 @@ static no_inline JSValue json_parse_object(JSParseState *s, JSShape **hint)
                 json_parse_error(s, s->token.ptr, "Expected property name or '}'");
                 goto fail;
             }
-            if (json_next_token(s))
+            if (r != 2 && json_next_token(s))
                 goto fail1;
             if (s->token.val != ':') {
                 json_parse_error(s, s->token.ptr, "Expected ':' after property name");
