@@ -424,6 +424,9 @@ async fn answers_read_alike_whichever_path_parses_them() {
         (r#"{"nothing":1}"#, "null"),
         (r#"{"result":1"#, r#""The dispatch answered outside the result envelope.""#),
         ("[1]", r#""The dispatch answered outside the result envelope.""#),
+        // A NUL byte is not JSON, inside a string or after the envelope.
+        ("{\"result\":\"a\u{0}b\"}", r#""The dispatch answered outside the result envelope.""#),
+        ("{\"result\":1}\u{0}", r#""The dispatch answered outside the result envelope.""#),
     ];
     for late in [false, true] {
         for (answer, expected) in answers {

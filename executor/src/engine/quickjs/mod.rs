@@ -284,6 +284,34 @@ fn to_host<'js>(ctx: &Ctx<'js>, value: &JsValue<'js>) -> HostValue {
     HostValue::Undefined
 }
 
+/// `text` parsed by QuickJS's JSON parser where it lies, or the text back when it is not
+/// JSON (the exception left pending). `Ctx::json_parse` would copy the text and scan it for
+/// a NUL first (a tool's answer can be megabytes); QuickJS reads the length it is given,
+/// where a NUL is a stray byte like any other, and needs only a NUL after it.
+fn parse_json<'js>(ctx: &Ctx<'js>, text: String) -> Result<JsValue<'js>, String> {
+    let mut bytes = text.into_bytes();
+    let length = bytes.len();
+    bytes.push(0);
+    // SAFETY: `bytes` holds `length` bytes then a NUL and outlives the call; the name is a
+    // C string; the value returned is owned (one reference), as `from_raw` takes it.
+    let value = unsafe {
+        let raw = rquickjs::qjs::JS_ParseJSON(
+            ctx.as_raw().as_ptr(),
+            bytes.as_ptr().cast(),
+            length as _,
+            c"<input>".as_ptr(),
+        );
+        JsValue::from_raw(ctx.clone(), raw)
+    };
+    if value.is_exception() {
+        bytes.truncate(length);
+        return Err(
+            String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+        );
+    }
+    Ok(value)
+}
+
 /// A host value as a fresh JavaScript value; bytes are copied into the engine's own heap,
 /// where the budget counts them.
 fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<'js>> {
@@ -292,7 +320,7 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
         HostValue::Bool(flag) => JsValue::new_bool(ctx.clone(), flag),
         HostValue::Number(number) => JsValue::new_number(ctx.clone(), number),
         HostValue::String(text) => rquickjs::String::from_str(ctx.clone(), &text)?.into_value(),
-        HostValue::Json(text) => match ctx.json_parse(text.as_bytes()) {
+        HostValue::Json(text) => match parse_json(ctx, text) {
             Ok(value) => {
                 // No prototype: the array goes through Promise.resolve, which must find no
                 // `then` a program put on Array.prototype (a string never had one).
@@ -303,7 +331,7 @@ fn from_host<'js>(ctx: &Ctx<'js>, value: HostValue) -> rquickjs::Result<JsValue<
             }
             // A syntax error (or a stop, which JavaScript meets again at once) leaves the text
             // to the codec's own path, which says what is wrong as it always did.
-            Err(_) => {
+            Err(text) => {
                 let _ = ctx.catch();
                 rquickjs::String::from_str(ctx.clone(), &text)?.into_value()
             }
