@@ -1,7 +1,8 @@
 //! Computation beside its floor (criterion, `cargo xtask bench`): each program of
 //! `benches/programs/` run by codemode-rs's `execute` and, in the same run, on bare
 //! rquickjs (the same vendored QuickJS, with no sandbox, limits, prelude or codec), the
-//! reference issue 15 measures against. `peers.js` runs the same files on node:vm. With
+//! reference issue 15 measures against; the records once more with an answer holding `\u`
+//! escapes. `peers.js` runs the same files on node:vm. With
 //! `--features v8`, each program through `execute` on V8 as well.
 
 use std::sync::Arc;
@@ -73,11 +74,21 @@ fn benches(c: &mut Criterion) {
     let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
     let workloads =
         [("compute mix", COMPUTE_MIX), ("JSON round trip of 2 MB", JSON), ("10,000 records", RECORDS)];
+    // The same rows as Python's `json.dumps` writes a region that is not ASCII: escaped.
+    let escaped_rows = rows.replace("\"north\"", "\"n\\u00f6rth\"");
+    let escaped: Arc<str> = format!("{{\"result\":{escaped_rows}}}").into();
+    let answers = [(&envelope, &rows), (&escaped, &escaped_rows)];
     for (_, source) in workloads {
-        let ours = rt.block_on(executor.execute(request(source, &envelope)));
-        let reference = bare(source, &rows);
-        let Outcome::Result { result: Some(result), .. } = &ours else { panic!("{ours:?}") };
-        assert_eq!(serde_json::to_string(result).unwrap_or_default(), reference, "both run the same program");
+        for (envelope, rows) in answers {
+            let ours = rt.block_on(executor.execute(request(source, envelope)));
+            let reference = bare(source, rows);
+            let Outcome::Result { result: Some(result), .. } = &ours else { panic!("{ours:?}") };
+            assert_eq!(
+                serde_json::to_string(result).unwrap_or_default(),
+                reference,
+                "both run the same program"
+            );
+        }
     }
     // With the `v8` feature, the same programs through `execute` on V8 too (the engine to
     // pick for computation, docs/performance.md).
@@ -102,6 +113,17 @@ fn benches(c: &mut Criterion) {
             b.iter(|| bare(source, &rows))
         });
     }
+    // An answer with `\u` escapes (of non-ASCII) is parsed natively too.
+    let name = "10,000 records, escaped";
+    group.bench_function(BenchmarkId::new(name, "codemode-rs"), |b| {
+        b.iter(|| rt.block_on(executor.execute(request(RECORDS, &escaped))))
+    });
+    #[cfg(feature = "v8")]
+    group.bench_function(BenchmarkId::new(name, "codemode-rs on V8"), |b| {
+        b.iter(|| rt.block_on(on_v8.execute(request(RECORDS, &escaped))))
+    });
+    group
+        .bench_function(BenchmarkId::new(name, "bare rquickjs"), |b| b.iter(|| bare(RECORDS, &escaped_rows)));
     group.finish();
 }
 

@@ -186,11 +186,24 @@ fn fetch_answer(answer: Result<crate::outbound::OutboundResponse, String>) -> Ho
 /// taken for a refusal's `[text]`.
 pub(super) fn tool_answer(text: String, parsed: bool) -> HostValue {
     let object = text.trim_start_matches([' ', '\t', '\n', '\r']).starts_with('{');
-    if parsed && object && !text.contains(BINARY_TAG) && !text.contains("\\u") {
+    if parsed && object && !text.contains(BINARY_TAG) && !escapes_printable_ascii(&text) {
         HostValue::Json(text)
     } else {
         HostValue::String(text)
     }
+}
+
+/// Whether a `\u` escape in `text` may stand for printable ASCII, the only characters the
+/// binary tag is made of: only then could a tag be in the text without being spelled out.
+/// Serializers escape control characters, and non-ASCII when asked (Python's `json.dumps`
+/// by default), so answers holding those are still parsed natively. Conservative: an
+/// escaped backslash followed by `u` and four digits counts too, as does a malformed
+/// escape (which the codec's path then reports).
+fn escapes_printable_ascii(text: &str) -> bool {
+    text.match_indices("\\u").any(|(at, _)| {
+        let digits = text.get(at + 2..at + 6).unwrap_or_default();
+        u32::from_str_radix(digits, 16).map_or(true, |code| (0x20..0x7f).contains(&code))
+    })
 }
 
 /// Let a call leave: refused by a bound (as `[text]`), answered at once (`ready` of the
@@ -402,4 +415,30 @@ pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
         ("bytesToBase64", bytes_to_base64),
         ("base64ToBytes", base64_to_bytes),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn natively(text: &str) -> bool {
+        matches!(tool_answer(text.to_owned(), true), HostValue::Json(_))
+    }
+
+    /// Which answers are parsed natively: escapes of control characters and of non-ASCII
+    /// (as Python's `json.dumps` writes them) are; anything that could spell the binary
+    /// tag, or is no object, or was not asked for parsed, goes to the codec as text.
+    #[test]
+    fn an_answer_is_parsed_natively_unless_it_could_hold_a_tag() {
+        assert!(natively(r#"{"result":"caf\u00e9 \u001f \ud83d\ude00 \u2028"}"#));
+        assert!(natively(" \n{\"result\":[1,2]}"));
+        assert!(!natively(r#"{"result":{"\u005f_executor_binary_v1__":"Uint8Array","data":"AQI="}}"#));
+        assert!(!natively(r#"{"result":{"__executor_binary_v1__":"Uint8Array","data":"AQI="}}"#));
+        assert!(!natively(r#"{"result":"\u0041"}"#));
+        assert!(!natively(r#"{"result":"\\u0041"}"#));
+        assert!(!natively(r#"{"result":"\u00"}"#));
+        assert!(!natively(r#"{"result":"\u"}"#));
+        assert!(!natively(r#"["result"]"#));
+        assert!(!matches!(tool_answer(r#"{"result":1}"#.to_owned(), false), HostValue::Json(_)));
+    }
 }

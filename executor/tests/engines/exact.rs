@@ -127,7 +127,7 @@ async fn json_is_read_as_the_standard_says() {
       out.push(JSON.stringify(sparse), Array.isArray(sparse[0]), sparse.length);
       // Keywords and keys read where they are expected, and what only looks like them.
       out.push(JSON.stringify(JSON.parse(' [true ,false\n,null,{"t":true}]')), JSON.stringify(JSON.parse('[{"ab":1},{"abc":2},{"a":3},{"ab":4},{"a\\\\b":5},{"a\\\\b":6},{"a\\u0062":7},{"\u007f":8},{"\u007f":9}]')).replace(/\u007f/g, 'DEL'));
-      for (const bad of ['truex', '[tru]', '{"a":nul}', '[null_]', 'false$', '[{"ab":1},{"ab\u0001":2}]', '[{"ab":1},{"ab', '{"a":1,"b":2', '{"a":1 ,}', '{"a":1} ,', '[1 ,]', '{"a" 1}', '{"a":1,}', '{,}', '[1,]', '{"a":01}', '{"a\u0001":1}', '{"a', '{"a":', '{"a":1', '[1', '{"a":1}x']) {
+      for (const bad of ['[{"a\\"":1},{"a"":2}]', '[{"a\\u0001":1},{"a\u0001":2}]', '[{"a\\u0000":1},{"a\u0000":2}]', 'truex', '[tru]', '{"a":nul}', '[null_]', 'false$', '[{"ab":1},{"ab\u0001":2}]', '[{"ab":1},{"ab', '{"a":1,"b":2', '{"a":1 ,}', '{"a":1} ,', '[1 ,]', '{"a" 1}', '{"a":1,}', '{,}', '[1,]', '{"a":01}', '{"a\u0001":1}', '{"a', '{"a":', '{"a":1', '[1', '{"a":1}x']) {
         try { JSON.parse(bad); out.push('parsed ' + bad) } catch (e) { out.push(e.name) }
       }
       const answer = await store.x();
@@ -150,9 +150,39 @@ async fn json_is_read_as_the_standard_says() {
             r#""{\"k0\":17,\"k1\":18,\"k2\":19,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k10\":10,\"k11\":11,\"k12\":12,\"k13\":13,\"k14\":14,\"k15\":15,\"k16\":16}","#,
             r#"10000,10000,10000,"[[],{},[[]],{\"a\":{}}]",true,4,"#,
             r#""[true,false,null,{\"t\":true}]","[{\"ab\":1},{\"abc\":2},{\"a\":3},{\"ab\":4},{\"a\\\\b\":5},{\"a\\\\b\":6},{\"ab\":7},{\"DEL\":8},{\"DEL\":9}]","#,
+            r#""SyntaxError","SyntaxError","SyntaxError","#,
             r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
             r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
             r#""2,b,a,__proto__,n",3,true,true,12345678901234567000],"logs":[]}"#
         )
     );
+}
+
+/// On QuickJS, `JSON.parse`'s errors are QuickJS's own, to the byte: message, position
+/// and the stack's first line, through the tokenizer's fast paths (punctuators, keywords,
+/// keys compared where expected) as through its general one, and across lines.
+#[tokio::test]
+async fn json_errors_are_quickjs_own_on_quickjs() {
+    if crate::support::engine() != codemode_executor::EngineKind::QuickJs {
+        return;
+    }
+    let program = r#"async () => {
+      const texts = ['{"a":1,}', '[{"ab":1},{"ab":2,"c"}]', '{"a" :\n tru}', '[true,\n  falsey]', '[{"a\\"":1},{"a"":2}]', '[{"ab":1},{"ab\u0001":2}]', '{"a":1}\n x', '[1,\r\n2,,3]', '{"a":[1,2}', 'nul', '[{"a\\u0000":1},{"a\u0000":2}]'];
+      return texts.map((t) => { try { JSON.parse(t); return 'parsed' } catch (e) { return e.message + ' @' + e.stack.split('\n')[0].replace('    at', '') } });
+    }"#;
+    let outcome = run(Request::new(program)).await;
+    let expected = serde_json::json!({ "result": [
+        "Expected property name or '}' in JSON at position 7 (line 1 column 8) @ <input>:1:8",
+        "Expected ':' after property name in JSON at position 21 (line 1 column 22) @ <input>:1:22",
+        "unexpected token: 'tru' @ <input>:2:2",
+        "unexpected token: 'falsey' @ <input>:2:3",
+        "Unexpected end of JSON input @ <input>:1:16",
+        "Bad control character in string literal in JSON at position 14 (line 1 column 15) @ <input>:1:12",
+        "unexpected data at the end @ <input>:2:2",
+        "unexpected token: ',' @ <input>:2:3",
+        "Expected ',' or ']' after array element in JSON at position 9 (line 1 column 10) @ <input>:1:10",
+        "unexpected token: 'nul' @ <input>:1:1",
+        "Bad control character in string literal in JSON at position 18 (line 1 column 19) @ <input>:1:17",
+    ], "logs": [] });
+    assert_eq!(json(&outcome), expected.to_string());
 }

@@ -418,6 +418,8 @@ async fn answers_read_alike_whichever_path_parses_them() {
     let answers = [
         (r#"{"result":{"a":[1,"x",null],"b":true}}"#, r#"{"a":[1,"x",null],"b":true}"#),
         (r#" {"result":"\u00e9t\u00e9"}"#, r#""été""#),
+        (r#"{"result":{"k\u00e9":"\ud83d\ude00\u001f","n":-0}}"#, r#"{"ké":"😀\u001f","n":0}"#),
+        (r#"{"result":{"\u005f_executor_binary_v1__":"Uint8Array","data":"AQI="}}"#, r#"[1,2]"#),
         (r#"{"result":{"__executor_binary_v1__":"Uint8Array","data":"AQI="}}"#, r#"[1,2]"#),
         (r#"{"error":"no such order"}"#, r#""no such order""#),
         (r#"{"error":{"code":7}}"#, r#""{\"code\":7}""#),

@@ -287,27 +287,25 @@ fn to_host<'js>(ctx: &Ctx<'js>, value: &JsValue<'js>) -> HostValue {
 /// `text` parsed by QuickJS's JSON parser where it lies, or the text back when it is not
 /// JSON (the exception left pending). `Ctx::json_parse` would copy the text and scan it for
 /// a NUL first (a tool's answer can be megabytes); QuickJS reads the length it is given,
-/// where a NUL is a stray byte like any other, and needs only a NUL after it.
-fn parse_json<'js>(ctx: &Ctx<'js>, text: String) -> Result<JsValue<'js>, String> {
-    let mut bytes = text.into_bytes();
-    let length = bytes.len();
-    bytes.push(0);
-    // SAFETY: `bytes` holds `length` bytes then a NUL and outlives the call; the name is a
+/// where a NUL is a stray byte like any other, and needs only a NUL after it (pushing one
+/// reallocates only when the text has no room left).
+fn parse_json<'js>(ctx: &Ctx<'js>, mut text: String) -> Result<JsValue<'js>, String> {
+    let length = text.len();
+    text.push('\0');
+    // SAFETY: `text` holds `length` bytes then a NUL and outlives the call; the name is a
     // C string; the value returned is owned (one reference), as `from_raw` takes it.
     let value = unsafe {
         let raw = rquickjs::qjs::JS_ParseJSON(
             ctx.as_raw().as_ptr(),
-            bytes.as_ptr().cast(),
+            text.as_ptr().cast(),
             length as _,
             c"<input>".as_ptr(),
         );
         JsValue::from_raw(ctx.clone(), raw)
     };
+    text.pop();
     if value.is_exception() {
-        bytes.truncate(length);
-        return Err(
-            String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
-        );
+        return Err(text);
     }
     Ok(value)
 }
