@@ -126,6 +126,7 @@ async fn json_is_read_as_the_standard_says() {
       const sparse = JSON.parse('[[],{},[[]],{"a":{}}]');
       out.push(JSON.stringify(sparse), Array.isArray(sparse[0]), sparse.length);
       // Keywords and keys read where they are expected, and what only looks like them.
+      out.push(JSON.stringify(JSON.parse('[true, null,false,"s",12,{"a":true}]', (k, v, c) => c && c.source !== undefined ? c.source : v)));
       out.push(JSON.stringify(JSON.parse(' [true ,false\n,null,{"t":true}]')), JSON.stringify(JSON.parse('[{"ab":1},{"abc":2},{"a":3},{"ab":4},{"a\\\\b":5},{"a\\\\b":6},{"a\\u0062":7},{"\u007f":8},{"\u007f":9}]')).replace(/\u007f/g, 'DEL'));
       for (const bad of ['[{"a\\"":1},{"a"":2}]', '[{"a\\u0001":1},{"a\u0001":2}]', '[{"a\\u0000":1},{"a\u0000":2}]', 'truex', '[tru]', '{"a":nul}', '[null_]', 'false$', '[{"ab":1},{"ab\u0001":2}]', '[{"ab":1},{"ab', '{"a":1,"b":2', '{"a":1 ,}', '{"a":1} ,', '[1 ,]', '{"a" 1}', '{"a":1,}', '{,}', '[1,]', '{"a":01}', '{"a\u0001":1}', '{"a', '{"a":', '{"a":1', '[1', '{"a":1}x']) {
         try { JSON.parse(bad); out.push('parsed ' + bad) } catch (e) { out.push(e.name) }
@@ -149,7 +150,7 @@ async fn json_is_read_as_the_standard_says() {
             r#""[{\"a\":1,\"b\":2,\"c\":\"x\"},{\"b\":4},{\"b\":5,\"a\":6},{\"a\":7,\"b\":\"y\"},{\"a\":8,\"b\":9,\"c\":10},{\"a\":2,\"b\":3},{\"z\":0}]",false,true,"a,b","#,
             r#""{\"k0\":17,\"k1\":18,\"k2\":19,\"k3\":3,\"k4\":4,\"k5\":5,\"k6\":6,\"k7\":7,\"k8\":8,\"k9\":9,\"k10\":10,\"k11\":11,\"k12\":12,\"k13\":13,\"k14\":14,\"k15\":15,\"k16\":16}","#,
             r#"10000,10000,10000,"[[],{},[[]],{\"a\":{}}]",true,4,"#,
-            r#""[true,false,null,{\"t\":true}]","[{\"ab\":1},{\"abc\":2},{\"a\":3},{\"ab\":4},{\"a\\\\b\":5},{\"a\\\\b\":6},{\"ab\":7},{\"DEL\":8},{\"DEL\":9}]","#,
+            r#""[\"true\",\"null\",\"false\",\"\\\"s\\\"\",\"12\",{\"a\":\"true\"}]","[true,false,null,{\"t\":true}]","[{\"ab\":1},{\"abc\":2},{\"a\":3},{\"ab\":4},{\"a\\\\b\":5},{\"a\\\\b\":6},{\"ab\":7},{\"DEL\":8},{\"DEL\":9}]","#,
             r#""SyntaxError","SyntaxError","SyntaxError","#,
             r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
             r#""SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","SyntaxError","#,
