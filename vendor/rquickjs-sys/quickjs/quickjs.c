@@ -378,6 +378,8 @@ struct JSRuntime {
     bool in_build_stack_trace;
     /* true if inside JS_FreeRuntime */
     bool in_free;
+    /* codemode-rs: set by JS_SetDiscardOnFree */
+    bool discard_on_free;
 
     struct JSStackFrame *current_stack_frame;
 
@@ -2647,12 +2649,99 @@ void JS_SetRuntimeInfo(JSRuntime *rt, const char *s)
         rt->rt_info = s;
 }
 
+/* codemode-rs: a runtime that is about to go is left to its embedder's allocator to
+   free at once, rather than freed object by object (at teardown that walk was most of
+   the cost of freeing a runtime). From here on no value, context or object is freed:
+   a count that reaches zero frees nothing and no collection runs. JS_FreeRuntime then
+   runs only the finalizers that release what lies outside the runtime's memory (the
+   embedder's classes, C closures, array buffers with a foreign backing) and the
+   runtime finalizers, and returns without freeing anything else, the runtime itself
+   included. Only for an embedder whose allocator frees every block it handed out and
+   still holds when the runtime is freed. */
+void JS_SetDiscardOnFree(JSRuntime *rt)
+{
+    rt->discard_on_free = true;
+    rt->gc_phase = JS_GC_PHASE_REMOVE_CYCLES;
+}
+
+static bool js_discard_needs_finalizer(JSGCObjectHeader *h)
+{
+    JSObject *p;
+    if (JS_GC_TYPE(h) != JS_GC_OBJ_TYPE_JS_OBJECT)
+        return false;
+    p = (JSObject *)h;
+    return p->class_id >= JS_CLASS_INIT_COUNT ||
+        p->class_id == JS_CLASS_ARRAY_BUFFER ||
+        p->class_id == JS_CLASS_SHARED_ARRAY_BUFFER ||
+        p->class_id == JS_CLASS_C_CLOSURE;
+}
+
+static void js_discard_finalize_list(JSRuntime *rt, struct list_head *list)
+{
+    struct list_head *el;
+    list_for_each(el, list) {
+        JSGCObjectHeader *h = list_entry(el, JSGCObjectHeader, link);
+        if (js_discard_needs_finalizer(h)) {
+            JSObject *p = (JSObject *)h;
+            JSClassFinalizer *finalizer = rt->class_array[p->class_id].finalizer;
+            /* nothing is freed while it runs, so the lists hold still */
+            if (finalizer)
+                (*finalizer)(rt, JS_MKPTR(JS_TAG_OBJECT, p));
+            p->class_id = 0; /* finalized once */
+        }
+    }
+}
+
+static void js_discard_runtime(JSRuntime *rt)
+{
+    struct list_head *el;
+    int i;
+
+    rt->in_free = true;
+#ifdef CODEMODE_CHECK_TEARDOWN
+    /* What JS_FreeRuntime asserts, checked before anything goes: take away every count
+       that one value of the runtime holds on another (and the runtime's own: its
+       exception, its jobs), and no count may be left, or something outside still holds
+       a value. */
+    JS_FreeValueRT(rt, rt->current_exception);
+    rt->current_exception = JS_UNINITIALIZED;
+    list_for_each(el, &rt->job_list) {
+        JSJobEntry *e = list_entry(el, JSJobEntry, link);
+        for(i = 0; i < e->argc; i++)
+            JS_FreeValueRT(rt, e->argv[i]);
+        e->argc = 0;
+    }
+    gc_decref(rt);
+    list_for_each(el, &rt->gc_obj_list) {
+        assert(JS_REF_COUNT(list_entry(el, JSGCObjectHeader, link)) == 0);
+    }
+    list_for_each(el, &rt->tmp_obj_list) {
+        assert(JS_REF_COUNT(list_entry(el, JSGCObjectHeader, link)) == 0);
+    }
+    js_discard_finalize_list(rt, &rt->tmp_obj_list);
+#else
+    (void)i;
+#endif
+    js_discard_finalize_list(rt, &rt->gc_obj_list);
+    js_discard_finalize_list(rt, &rt->gc_zero_ref_count_list);
+
+    while (rt->finalizers) {
+        JSRuntimeFinalizerState *fs = rt->finalizers;
+        rt->finalizers = fs->next;
+        fs->finalizer(rt, fs->arg);
+    }
+}
+
 void JS_FreeRuntime(JSRuntime *rt)
 {
     struct list_head *el, *el1;
     bool leak = false;
     int i;
 
+    if (rt->discard_on_free) {
+        js_discard_runtime(rt);
+        return;
+    }
     rt->in_free = true;
     JS_FreeValueRT(rt, rt->current_exception);
 
@@ -3066,6 +3155,8 @@ void JS_FreeContext(JSContext *ctx)
     if (--JS_REF_COUNT(ctx) > 0)
         return;
     assert(JS_REF_COUNT(ctx) == 0);
+    if (rt->discard_on_free)
+        return; /* codemode-rs: freed with the runtime, at once (JS_SetDiscardOnFree) */
 
 #ifdef ENABLE_DUMPS // JS_DUMP_ATOMS
     if (check_dump_flag(rt, JS_DUMP_ATOMS))
@@ -7508,6 +7599,8 @@ static void gc_free_cycles(JSRuntime *rt)
 
 void JS_RunGC(JSRuntime *rt)
 {
+    if (rt->discard_on_free)
+        return; /* codemode-rs: nothing is freed any more (JS_SetDiscardOnFree) */
     /* decrement the reference of the children of each object. mark =
        1 after this pass. */
     gc_decref(rt);

@@ -25,3 +25,10 @@ include!("inlines/ptr_64.rs");
 include!("inlines/ptr_32_nan_boxing.rs");
 
 include!("inlines/common.rs");
+
+// codemode-rs: declared here rather than in each target's pre-generated bindings
+// (PATCHES.md, section 7).
+unsafe extern "C" {
+    /// Leave the runtime to its allocator to free at once: see `quickjs.c`.
+    pub fn JS_SetDiscardOnFree(rt: *mut JSRuntime);
+}
