@@ -2694,11 +2694,11 @@ static void js_discard_finalize_list(JSRuntime *rt, struct list_head *list)
 
 static void js_discard_runtime(JSRuntime *rt)
 {
+    rt->in_free = true;
+#ifdef CODEMODE_CHECK_TEARDOWN
     struct list_head *el;
     int i;
 
-    rt->in_free = true;
-#ifdef CODEMODE_CHECK_TEARDOWN
     /* What JS_FreeRuntime asserts, checked before anything goes: take away every count
        that one value of the runtime holds on another (and the runtime's own: its
        exception, its jobs), and no count may be left, or something outside still holds
@@ -2719,8 +2719,6 @@ static void js_discard_runtime(JSRuntime *rt)
         assert(JS_REF_COUNT(list_entry(el, JSGCObjectHeader, link)) == 0);
     }
     js_discard_finalize_list(rt, &rt->tmp_obj_list);
-#else
-    (void)i;
 #endif
     js_discard_finalize_list(rt, &rt->gc_obj_list);
     js_discard_finalize_list(rt, &rt->gc_zero_ref_count_list);
