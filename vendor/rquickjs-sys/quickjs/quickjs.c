@@ -2652,7 +2652,7 @@ void JS_SetRuntimeInfo(JSRuntime *rt, const char *s)
 /* codemode-rs: a runtime that is about to go is left to its embedder's allocator to
    free at once, rather than freed object by object (at teardown that walk was most of
    the cost of freeing a runtime). From here on no value, context or object is freed:
-   a count that reaches zero frees nothing and no collection runs. JS_FreeRuntime then
+   a count that reaches zero frees nothing, no collection runs, and no job is queued. JS_FreeRuntime then
    runs only the finalizers that release what lies outside the runtime's memory (the
    embedder's classes, C closures, array buffers with a foreign backing) and the
    runtime finalizers, and returns without freeing anything else, the runtime itself
@@ -2662,6 +2662,9 @@ void JS_SetDiscardOnFree(JSRuntime *rt)
 {
     rt->discard_on_free = true;
     rt->gc_phase = JS_GC_PHASE_REMOVE_CYCLES;
+    /* no job is queued from now on (a FinalizationRegistry's, when a symbol it
+       watches goes): none would ever run */
+    rt->in_free = true;
 }
 
 static bool js_discard_needs_finalizer(JSGCObjectHeader *h)
@@ -2694,7 +2697,6 @@ static void js_discard_finalize_list(JSRuntime *rt, struct list_head *list)
 
 static void js_discard_runtime(JSRuntime *rt)
 {
-    rt->in_free = true;
 #ifdef CODEMODE_CHECK_TEARDOWN
     struct list_head *el;
     int i;

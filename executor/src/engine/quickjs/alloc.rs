@@ -65,16 +65,15 @@ pub(super) struct Counting {
     newest: *mut Link,
 }
 
-/// The header before every block: the list of blocks held, newest first.
-#[repr(C)]
+/// The header before every block: the list of blocks held, newest first. Aligned to 16
+/// so that a block keeps the alignment malloc gave it, on any target.
+#[repr(C, align(16))]
 struct Link {
     newer: *mut Link,
     older: *mut Link,
 }
 
-/// A multiple of 16, so a block keeps the alignment malloc gave it.
 const LINK: usize = std::mem::size_of::<Link>();
-const _: () = assert!(LINK.is_multiple_of(16));
 
 impl Counting {
     pub(super) fn new(account: Rc<Account>) -> Counting {
