@@ -265,6 +265,10 @@ typedef struct JSMallocState {
 
 #define JS_ARENA_ALIGN             8
 #define JS_ARENA_SIZE              4096
+/* codemode-rs: a size class's first two arenas are of 1 KiB, the next two of 2 KiB, the
+   rest of JS_ARENA_SIZE. A fresh runtime uses most of the 31 classes a little, and with
+   4 KiB arenas a fifth of its memory was their unused rest (PATCHES.md, section 8). */
+#define JS_ARENA_FIRST_SIZE        1024
 #define JS_ARENA_BLOCK_SIZE_COUNT  31
 #define JS_ARENA_MAX_SMALL_SIZE    512
 #define JS_ARENA_FREE_NIL          0xffff
@@ -310,6 +314,7 @@ typedef struct JSArena {
 typedef struct JSArenaState {
     struct list_head arena_list[JS_ARENA_BLOCK_SIZE_COUNT];
     struct list_head free_arena_list[JS_ARENA_BLOCK_SIZE_COUNT];
+    uint32_t arena_count[JS_ARENA_BLOCK_SIZE_COUNT]; /* codemode-rs: live arenas per class */
     _Alignas(JS_ARENA_ALIGN) uint8_t zero_size_block[sizeof(JSMallocBlockHeader)];
 } JSArenaState;
 
@@ -1747,6 +1752,7 @@ static void js_arena_init(JSRuntime *rt)
     for (i = 0; i < JS_ARENA_BLOCK_SIZE_COUNT; i++) {
         init_list_head(&s->arena_list[i]);
         init_list_head(&s->free_arena_list[i]);
+        s->arena_count[i] = 0;
     }
 }
 
@@ -1763,7 +1769,11 @@ static no_inline JSArena *arena_new(JSRuntime *rt, int block_size_idx)
     int n_blocks, block_size, i;
 
     block_size = arena_block_sizes[block_size_idx];
-    n_blocks = (JS_ARENA_SIZE - sizeof(JSArena)) / block_size;
+    {
+        uint32_t count = rt->arena_state.arena_count[block_size_idx];
+        size_t size = count >= 4 ? JS_ARENA_SIZE : (size_t)JS_ARENA_FIRST_SIZE << (count / 2);
+        n_blocks = (size - sizeof(JSArena)) / block_size;
+    }
     ar = rt->mf.js_malloc(rt->malloc_state.opaque,
                           sizeof(JSArena) + (size_t)n_blocks * block_size);
     if (!ar)
@@ -1782,6 +1792,7 @@ static no_inline JSArena *arena_new(JSRuntime *rt, int block_size_idx)
     b->block_size_idx = block_size_idx;
     list_add(&ar->link, &rt->arena_state.arena_list[block_size_idx]);
     list_add(&ar->free_link, &rt->arena_state.free_arena_list[block_size_idx]);
+    rt->arena_state.arena_count[block_size_idx]++;
     return ar;
 }
 
@@ -1878,6 +1889,7 @@ static void js_arena_free(JSRuntime *rt, void *ptr)
         if (unlikely(ar->n_used_blocks == 0)) {
             list_del(&ar->link);
             list_del(&ar->free_link);
+            rt->arena_state.arena_count[block_size_idx]--;
             rt->mf.js_free(rt->malloc_state.opaque, ar);
         }
     }
@@ -1983,6 +1995,7 @@ static void js_arena_free_all(JSRuntime *rt)
         }
         init_list_head(&s->arena_list[i]);
         init_list_head(&s->free_arena_list[i]);
+        s->arena_count[i] = 0;
     }
 }
 
