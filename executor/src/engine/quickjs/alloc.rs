@@ -57,8 +57,8 @@ impl Account {
 /// that the engine can be dropped whole. QuickJS is told to leave its teardown to this
 /// allocator (`JS_SetDiscardOnFree`): instead of freeing every object, atom and shape
 /// one by one, it runs the finalizers that reach outside its memory and stops, and
-/// this allocator's drop frees the blocks (a few dozen: QuickJS keeps small values in
-/// arenas of 4 KiB).
+/// this allocator's drop frees the blocks (about a hundred for a fresh engine: QuickJS
+/// keeps small values in arenas of 1 to 4 KiB).
 pub(super) struct Counting {
     account: Rc<Account>,
     /// The newest block still held; each links to the one before it.

@@ -421,4 +421,50 @@ mod tests {
         assert_eq!(Rc::strong_count(&held), 1, "the native function's finalizer ran");
         assert_eq!(budget.used(), 0, "every block went back");
     }
+
+    /// A program leaves the engine in any state it likes when it is dropped: jobs queued
+    /// and never run, registries and weak references about to fire, suspended functions,
+    /// proxies, shared memory. Teardown runs none of it and gives every block back (and,
+    /// in a test build, checks that nothing is held from outside first).
+    #[test]
+    fn a_dropped_engine_runs_nothing_a_program_left_behind() {
+        let budget = Arc::new(Budget::new(256 << 20));
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default() });
+        let ran = Rc::new(std::cell::Cell::new(0));
+        let count = ran.clone();
+        let report: Op = Rc::new(move |_| {
+            count.set(count.get() + 1);
+            Ok(HostValue::Undefined)
+        });
+        let natives = engine.native_object(&[("report", report)]).expect("the natives");
+        let function = engine
+            .evaluate(
+                "(natives) => {
+                   const report = natives.report;
+                   const registry = new FinalizationRegistry(() => report());
+                   for (let i = 0; i < 100; i++) { registry.register({ i }, i); registry.register(Symbol(i), i); }
+                   globalThis.kept = [registry, new WeakRef({}), new WeakMap([[Symbol('k'), {}]])];
+                   for (let i = 0; i < 100; i++) Promise.resolve(i).then(() => report());
+                   (async () => { await new Promise(() => {}); report(); })();
+                   function* g() { try { yield 1; } finally { report(); } }
+                   const it = g(); it.next(); kept.push(it);
+                   kept.push(new Proxy({}, { get() { report(); }, ownKeys() { report(); return []; } }));
+                   const shared = new SharedArrayBuffer(1024);
+                   kept.push(new Int32Array(shared), new DataView(new ArrayBuffer(64)), shared);
+                   const a = {}, b = { a }; a.b = b; kept.push(a, Object.freeze([a, b]));
+                   class Held { #x = report; get x() { return report(); } }
+                   kept.push(new Held());
+                 }",
+            )
+            .unwrap_or_else(|_| panic!("the script"));
+        engine.call(&function, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the call"));
+        drop((natives, function));
+        assert_eq!(ran.get(), 0, "nothing has run yet: the microtasks are still queued");
+
+        drop(engine);
+        assert_eq!(ran.get(), 0, "teardown ran no job, callback, trap or getter");
+        assert_eq!(Rc::strong_count(&ran), 1, "the native function's finalizer ran");
+        assert_eq!(budget.used(), 0, "every block went back");
+    }
 }
