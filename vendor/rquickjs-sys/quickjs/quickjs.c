@@ -2664,13 +2664,13 @@ void JS_SetRuntimeInfo(JSRuntime *rt, const char *s)
 
 /* codemode-rs: a runtime that is about to go is left to its embedder's allocator to
    free at once, rather than freed object by object (at teardown that walk was most of
-   the cost of freeing a runtime). From here on no value, context or object is freed:
-   a count that reaches zero frees nothing, no collection runs, and no job is queued. JS_FreeRuntime then
-   runs only the finalizers that release what lies outside the runtime's memory (the
-   embedder's classes, C closures, array buffers with a foreign backing) and the
-   runtime finalizers, and returns without freeing anything else, the runtime itself
-   included. Only for an embedder whose allocator frees every block it handed out and
-   still holds when the runtime is freed. */
+   the cost of freeing a runtime). From here on no value, context or object is freed: a
+   count that reaches zero frees nothing, no collection runs, and no job is queued.
+   JS_FreeRuntime then runs only the finalizers that release what lies outside the
+   runtime's memory (the embedder's classes, C closures, array buffers with a foreign
+   backing) and the runtime finalizers, and returns without freeing anything else, the
+   runtime itself included. Only for an embedder whose allocator frees every block it
+   handed out and still holds when the runtime is freed. */
 void JS_SetDiscardOnFree(JSRuntime *rt)
 {
     rt->discard_on_free = true;
