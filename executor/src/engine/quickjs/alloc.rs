@@ -96,6 +96,22 @@ impl Counting {
         unsafe { block.cast::<u8>().add(LINK) }
     }
 
+    /// A new block of `total` bytes from `allocate`, charged first, held, and handed out
+    /// past its link; null when the budget or the C allocator refuses.
+    fn take(&mut self, total: usize, allocate: impl FnOnce(usize) -> *mut u8) -> *mut u8 {
+        if !self.account.charge(total) {
+            return std::ptr::null_mut();
+        }
+        let block = allocate(total);
+        if block.is_null() {
+            self.account.settle(total, 0, 0);
+            return block;
+        }
+        self.account.settle(total, usable(block), 0);
+        // SAFETY: a fresh block of `total` bytes.
+        unsafe { self.hold(block.cast()) }
+    }
+
     /// # Safety
     /// `block` is a live block of this allocator, in its list.
     unsafe fn release(&mut self, block: *mut Link) {
@@ -145,36 +161,16 @@ fn usable(block: *mut u8) -> usize {
 unsafe impl Allocator for Counting {
     fn alloc(&mut self, size: usize) -> *mut u8 {
         let Some(total) = size.checked_add(LINK) else { return std::ptr::null_mut() };
-        if !self.account.charge(total) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: plain C allocation; a null result is handled below.
-        let block: *mut u8 = unsafe { libc::malloc(total) }.cast();
-        if block.is_null() {
-            self.account.settle(total, 0, 0);
-            return block;
-        }
-        self.account.settle(total, usable(block), 0);
-        // SAFETY: a fresh block of `total` bytes.
-        unsafe { self.hold(block.cast()) }
+        // SAFETY: plain C allocation; `take` handles a null result.
+        self.take(total, |total| unsafe { libc::malloc(total) }.cast())
     }
 
     fn calloc(&mut self, count: usize, size: usize) -> *mut u8 {
         let Some(total) = count.checked_mul(size).and_then(|n| n.checked_add(LINK)) else {
             return std::ptr::null_mut();
         };
-        if !self.account.charge(total) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: plain C allocation; a null result is handled below.
-        let block: *mut u8 = unsafe { libc::calloc(1, total) }.cast();
-        if block.is_null() {
-            self.account.settle(total, 0, 0);
-            return block;
-        }
-        self.account.settle(total, usable(block), 0);
-        // SAFETY: a fresh block of `total` bytes.
-        unsafe { self.hold(block.cast()) }
+        // SAFETY: plain C allocation; `take` handles a null result.
+        self.take(total, |total| unsafe { libc::calloc(1, total) }.cast())
     }
 
     unsafe fn dealloc(&mut self, ptr: *mut u8) {

@@ -391,29 +391,39 @@ mod tests {
     use super::*;
     use crate::budget::Budget;
 
+    /// An engine armed with a budget of its own, and an object of natives made of `ops`.
+    fn armed(ops: &[(&'static str, Op)]) -> (QuickJs, Arc<Budget>, Handle) {
+        let budget = Arc::new(Budget::new(256 << 20));
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default() });
+        let natives = engine.native_object(ops).expect("the natives");
+        (engine, budget, natives)
+    }
+
+    /// Call `source`, a function of the natives; its microtasks are left queued.
+    fn call_with(engine: &mut QuickJs, natives: Handle, source: &str) {
+        let function = engine.evaluate(source).unwrap_or_else(|_| panic!("the script"));
+        engine.call(&function, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the call"));
+    }
+
     /// QuickJS no longer frees a runtime object by object (`JS_SetDiscardOnFree`): the
     /// allocator frees the blocks, and the finalizers that reach outside still run.
     #[test]
     fn a_dropped_engine_gives_back_its_whole_heap_and_drops_what_its_natives_hold() {
-        let budget = Arc::new(Budget::new(256 << 20));
-        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
-        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default() });
         let held = Rc::new(());
         let kept = held.clone();
         let keep: Op = Rc::new(move |_| {
             let _ = &kept;
             Ok(HostValue::Bytes(vec![7; 100_000]))
         });
-        let natives = engine.native_object(&[("keep", keep)]).expect("the natives");
-        let function = engine
-            .evaluate(
-                "(natives) => { globalThis.natives = natives; globalThis.bytes = natives.keep();
-                   globalThis.cycles = Array.from({ length: 10000 }, (_, i) => { const o = { i }; o.self = o; return o; });
-                   globalThis.text = 'x'.repeat(1 << 20); }",
-            )
-            .unwrap_or_else(|_| panic!("the script"));
-        engine.call(&function, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the call"));
-        drop((natives, function));
+        let (mut engine, budget, natives) = armed(&[("keep", keep)]);
+        call_with(
+            &mut engine,
+            natives,
+            "(natives) => { globalThis.natives = natives; globalThis.bytes = natives.keep();
+               globalThis.cycles = Array.from({ length: 10000 }, (_, i) => { const o = { i }; o.self = o; return o; });
+               globalThis.text = 'x'.repeat(1 << 20); }",
+        );
         assert!(budget.used() > 2 << 20, "the heap is charged: {}", budget.used());
         assert_eq!(Rc::strong_count(&held), 2, "the native function holds its op");
 
@@ -428,38 +438,33 @@ mod tests {
     /// in a test build, checks that nothing is held from outside first).
     #[test]
     fn a_dropped_engine_runs_nothing_a_program_left_behind() {
-        let budget = Arc::new(Budget::new(256 << 20));
-        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
-        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default() });
         let ran = Rc::new(std::cell::Cell::new(0));
         let count = ran.clone();
         let report: Op = Rc::new(move |_| {
             count.set(count.get() + 1);
             Ok(HostValue::Undefined)
         });
-        let natives = engine.native_object(&[("report", report)]).expect("the natives");
-        let function = engine
-            .evaluate(
-                "(natives) => {
-                   const report = natives.report;
-                   const registry = new FinalizationRegistry(() => report());
-                   for (let i = 0; i < 100; i++) { registry.register({ i }, i); registry.register(Symbol(i), i); }
-                   globalThis.kept = [registry, new WeakRef({}), new WeakMap([[Symbol('k'), {}]])];
-                   for (let i = 0; i < 100; i++) Promise.resolve(i).then(() => report());
-                   (async () => { await new Promise(() => {}); report(); })();
-                   function* g() { try { yield 1; } finally { report(); } }
-                   const it = g(); it.next(); kept.push(it);
-                   kept.push(new Proxy({}, { get() { report(); }, ownKeys() { report(); return []; } }));
-                   const shared = new SharedArrayBuffer(1024);
-                   kept.push(new Int32Array(shared), new DataView(new ArrayBuffer(64)), shared);
-                   const a = {}, b = { a }; a.b = b; kept.push(a, Object.freeze([a, b]));
-                   class Held { #x = report; get x() { return report(); } }
-                   kept.push(new Held());
-                 }",
-            )
-            .unwrap_or_else(|_| panic!("the script"));
-        engine.call(&function, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the call"));
-        drop((natives, function));
+        let (mut engine, budget, natives) = armed(&[("report", report)]);
+        call_with(
+            &mut engine,
+            natives,
+            "(natives) => {
+               const report = natives.report;
+               const registry = new FinalizationRegistry(() => report());
+               for (let i = 0; i < 100; i++) { registry.register({ i }, i); registry.register(Symbol(i), i); }
+               globalThis.kept = [registry, new WeakRef({}), new WeakMap([[Symbol('k'), {}]])];
+               for (let i = 0; i < 100; i++) Promise.resolve(i).then(() => report());
+               (async () => { await new Promise(() => {}); report(); })();
+               function* g() { try { yield 1; } finally { report(); } }
+               const it = g(); it.next(); kept.push(it);
+               kept.push(new Proxy({}, { get() { report(); }, ownKeys() { report(); return []; } }));
+               const shared = new SharedArrayBuffer(1024);
+               kept.push(new Int32Array(shared), new DataView(new ArrayBuffer(64)), shared);
+               const a = {}, b = { a }; a.b = b; kept.push(a, Object.freeze([a, b]));
+               class Held { #x = report; get x() { return report(); } }
+               kept.push(new Held());
+             }",
+        );
         assert_eq!(ran.get(), 0, "nothing has run yet: the microtasks are still queued");
 
         drop(engine);
