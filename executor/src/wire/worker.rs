@@ -32,7 +32,10 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    runtime.block_on(async move {
+    // Served by a task, not by `block_on` on this thread: the runtime's thread that hears
+    // a frame arrive then reads it itself, rather than waking this one to (a thread
+    // hand-off per frame).
+    let served = runtime.spawn(async move {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
         let executor = Executor::new(ExecutorConfig { engine, workers: 1, ..ExecutorConfig::default() });
@@ -66,5 +69,6 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
                 super::server::serve_with(executor, input, tokio::io::stdout(), options).await
             }
         }
-    })
+    });
+    runtime.block_on(served).unwrap_or_else(|e| Err(format!("the worker's serving task failed: {e}")))
 }
