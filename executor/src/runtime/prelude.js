@@ -34,33 +34,6 @@ const SetConstructor = Set;
 const DateConstructor = Date;
 const RegExpConstructor = RegExp;
 
-// QuickJS's call sites (Error.prepareStackTrace's second argument) hand out each frame's
-// function, the prelude's own among them (`start`, `receive`): a program could call them.
-// V8 gives undefined for a strict frame (and its getFunction cannot be replaced), and every
-// frame here is strict, so getFunction gives undefined on every engine.
-{
-  const had = apply(Object.prototype.hasOwnProperty, ErrorConstructor, ['prepareStackTrace']);
-  const previous = ErrorConstructor.prepareStackTrace;
-  let sites;
-  ErrorConstructor.prepareStackTrace = (error, callSites) => { sites = callSites; return ''; };
-  try {
-    new ErrorConstructor().stack;
-  } finally {
-    if (had) ErrorConstructor.prepareStackTrace = previous;
-    else delete ErrorConstructor.prepareStackTrace;
-  }
-  const callSite = isArray(sites) && sites.length > 0 ? Object.getPrototypeOf(sites[0]) : null;
-  const getFunction = callSite === null ? undefined : Object.getOwnPropertyDescriptor(callSite, 'getFunction');
-  if (getFunction !== undefined && getFunction.configurable) {
-    defineProperty(callSite, 'getFunction', {
-      value: function getFunction() { return undefined; },
-      writable: true,
-      configurable: true,
-      enumerable: false,
-    });
-  }
-}
-
 const opCall = ops.call;
 const opWebGlobals = ops.webGlobals;
 const opRefuseLarge = ops.refuseLarge;

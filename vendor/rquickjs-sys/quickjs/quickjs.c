@@ -64405,7 +64405,9 @@ static void js_new_callsite_data(JSContext *ctx, JSCallSiteData *csd, JSStackFra
     JSObject *p;
 
     csd->constructor = sf->is_constructor;
-    csd->func = js_dup(sf->cur_func);
+    /* codemode-rs (PATCHES.md, section 9): a call site hands out no function, as V8's does
+       for a strict frame; a program must not reach the runtime's own functions. */
+    csd->func = JS_UNDEFINED;
     /* func_name_str is UTF-8 encoded if needed */
     func_name_str = get_func_name(ctx, sf->cur_func);
     if (!func_name_str || func_name_str[0] == '\0')
@@ -64441,7 +64443,7 @@ static void js_new_callsite_data(JSContext *ctx, JSCallSiteData *csd, JSStackFra
 
 static void js_new_callsite_data2(JSContext *ctx, JSCallSiteData *csd, const char *filename, int line_num, int col_num)
 {
-    csd->func = JS_NULL;
+    csd->func = JS_UNDEFINED; /* codemode-rs: as above */
     csd->func_name = JS_NULL;
     csd->native = false;
     csd->constructor = false;
