@@ -81,7 +81,10 @@
 #define __extension__
 #endif
 
-#ifndef NDEBUG
+/* codemode-rs (PATCHES.md, section 10): the dump hooks only when asked for, not in
+   every build without NDEBUG; they cost a test of the runtime's dump flags at every
+   instruction the interpreter dispatches. Assertions stay on. */
+#ifdef CODEMODE_ENABLE_DUMPS
 #define ENABLE_DUMPS
 #endif
 
