@@ -82,8 +82,8 @@
 #endif
 
 /* codemode-rs (PATCHES.md, section 10): the dump hooks only when asked for, not in
-   every build without NDEBUG; they cost a test of the runtime's dump flags at every
-   instruction the interpreter dispatches. Assertions stay on. */
+   every build without NDEBUG; they test the runtime's dump flags in the bytecode
+   reader's loop over every opcode and in the interpreter's dispatch. Assertions stay on. */
 #ifdef CODEMODE_ENABLE_DUMPS
 #define ENABLE_DUMPS
 #endif
