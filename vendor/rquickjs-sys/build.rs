@@ -150,6 +150,12 @@ fn main() {
     #[cfg(feature = "disable-assertions")]
     defines.push(("NDEBUG".into(), None));
 
+    // codemode-rs: QuickJS's dump hooks are compiled in only for the `dump-*` features
+    // (PATCHES.md, section 10).
+    if features.iter().any(|f| f.starts_with("dump-") && env::var_os(feature_to_cargo(f)).is_some()) {
+        defines.push(("CODEMODE_ENABLE_DUMPS".into(), None));
+    }
+
     // codemode-rs: tests check that a runtime's teardown finds nothing held (PATCHES.md).
     if env::var_os("CARGO_CFG_DEBUG_ASSERTIONS").is_some() {
         defines.push(("CODEMODE_CHECK_TEARDOWN".into(), None));
