@@ -33,8 +33,8 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     // Served by a task, not by `block_on` on this thread: the runtime's thread that hears
-    // a frame arrive then reads it itself, rather than waking this one to (a thread
-    // hand-off per frame).
+    // a frame arrive then reads it itself, rather than waking this one to read it (a
+    // thread hand-off per frame).
     let served = runtime.spawn(async move {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
@@ -70,5 +70,10 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
             }
         }
     });
-    runtime.block_on(served).unwrap_or_else(|e| Err(format!("the worker's serving task failed: {e}")))
+    match runtime.block_on(served) {
+        Ok(served) => served,
+        // A panic goes on as it did on this thread: the worker dies of it.
+        Err(failed) if failed.is_panic() => std::panic::resume_unwind(failed.into_panic()),
+        Err(failed) => Err(format!("the worker's serving task ended early: {failed}")),
+    }
 }
