@@ -298,6 +298,8 @@ async fn call_sites_give_no_function_of_the_runtime() {
            const fns = [];
            Error.prepareStackTrace = (error, sites) => { for (const site of sites) fns.push(site.getFunction()); return '' };
            new Error('at the start').stack;
+           [0].map(() => new Error('under a builtin').stack);
+           try { new Function('(') } catch {}
            await new Promise((resolve) => setTimeout(() => { new Error('in a timer').stack; resolve() }, 0));
            await store.slow().then(() => new Error('in an answer').stack);
            return [fns.length > 3, fns.every((f) => f === undefined)]
