@@ -9,7 +9,9 @@
 //! code runs.
 //!
 //! A call's cost is (a run of 200 sequential calls − a run of none) / 200, so the run's
-//! own cost cancels out.
+//! own cost cancels out. The daemon and process isolation are measured as configured by
+//! default, and again with `answer_spin` zero (the execution's thread sleeps at once
+//! while it waits for an answer), beside each other.
 
 mod common;
 
@@ -18,7 +20,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Executor, ExecutorConfig, Isolation, WorkerCommand};
+use codemode_executor::{DEFAULT_ANSWER_SPIN, Executor, ExecutorConfig, Isolation, WorkerCommand};
 
 const CALLS: usize = 200;
 const SAMPLES: usize = 25;
@@ -58,7 +60,8 @@ fn main() {
     if wanted("daemon") {
         let socket = per_round_trip(|n| socket_ping_pong(n, false));
         let relayed = per_round_trip(|n| socket_ping_pong(n, true));
-        let over_socket = over_daemon(&rt);
+        let over_socket = over_daemon(&rt, DEFAULT_ANSWER_SPIN);
+        let asleep = over_daemon(&rt, Duration::ZERO);
         println!(
             "  over a Unix-socket daemon       {:>8.1} µs   floor {:>6.1} µs (socket ping-pong)   ratio {:.2}",
             micros(over_socket),
@@ -70,11 +73,17 @@ fn main() {
             micros(relayed),
             ratio(over_socket, relayed)
         );
+        println!(
+            "    with answer_spin 0            {:>8.1} µs                                        ratio {:.2}",
+            micros(asleep),
+            ratio(asleep, socket)
+        );
     }
     if wanted("isolation") {
         let pipe = per_round_trip(|n| pipe_ping_pong(n, false));
         let relayed = per_round_trip(|n| pipe_ping_pong(n, true));
-        let isolation = under_isolation(&rt);
+        let isolation = under_isolation(&rt, DEFAULT_ANSWER_SPIN);
+        let asleep = under_isolation(&rt, Duration::ZERO);
         println!(
             "  under process isolation         {:>8.1} µs   floor {:>6.1} µs (pipe ping-pong)     ratio {:.2}",
             micros(isolation),
@@ -86,12 +95,18 @@ fn main() {
             micros(relayed),
             ratio(isolation, relayed)
         );
+        println!(
+            "    with answer_spin 0            {:>8.1} µs                                        ratio {:.2}",
+            micros(asleep),
+            ratio(asleep, pipe)
+        );
     }
 }
 
 /// One call over `codemode serve` on a Unix socket.
-fn over_daemon(rt: &tokio::runtime::Runtime) -> Duration {
-    let (daemon, path) = common::serve("daemon");
+fn over_daemon(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration {
+    let spin = answer_spin.as_micros().to_string();
+    let (daemon, path) = common::serve_with("daemon", &["--answer-spin-us", &spin]);
     let remote = rt.block_on(common::connect(&path));
     let over_socket = per_call(|n| {
         let started = Instant::now();
@@ -103,7 +118,7 @@ fn over_daemon(rt: &tokio::runtime::Runtime) -> Duration {
 }
 
 /// One call under process isolation (a `codemode stdio` worker process).
-fn under_isolation(rt: &tokio::runtime::Runtime) -> Duration {
+fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration {
     let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
     let isolated = Executor::new(ExecutorConfig {
         workers: 1,
@@ -115,9 +130,14 @@ fn under_isolation(rt: &tokio::runtime::Runtime) -> Duration {
             Ok("off") => codemode_executor::Confinement::Off,
             _ => codemode_executor::Confinement::default(),
         },
+        answer_spin,
         ..Default::default()
     });
     per_call(|n| {
+        // A confined worker serves one run, and its replacement starts as the run begins:
+        // this pause (not timed) lets that start end first, so the calls timed do not
+        // share the CPUs with a process's start (a few ms of CPU).
+        std::thread::sleep(Duration::from_millis(30));
         let started = Instant::now();
         rt.block_on(isolated.execute(common::calls(n)));
         started.elapsed()

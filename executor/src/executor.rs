@@ -66,8 +66,11 @@ impl Executor {
                 config.workers,
                 config.confinement,
                 config.ceilings.memory_limit_bytes,
+                config.answer_spin,
             )),
         };
+        // Read the CPUs now: a worker's confinement closes what they are read from.
+        crate::runtime::SpinGate::process();
         Executor {
             inner: Arc::new(Inner {
                 config,
@@ -211,6 +214,7 @@ impl Executor {
             watchdog: self.inner.watchdog.clone(),
             live: self.inner.pool.live(),
             watch: watcher,
+            answer_spin: self.inner.config.answer_spin.min(crate::runtime::MAX_ANSWER_SPIN),
         };
         self.inner.pool.submit(job);
         let settled = async move {

@@ -51,7 +51,7 @@ mod watchdog;
 pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
 pub use confine::Confinement;
 pub use execute::{Execute, ExecuteFuture};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};

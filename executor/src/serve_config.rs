@@ -16,6 +16,7 @@
 //! engine = "quickjs"
 //! isolation = "process"
 //! confinement = "required"   # or "best-effort", "off" (docs/security.md)
+//! answer_spin_us = 50        # waits awake for a call's answer this long; 0 never
 //!
 //! [limits]          # what a request runs with unless it asks otherwise
 //! timeout_ms = 30000
@@ -128,6 +129,9 @@ pub struct ExecutorSection {
     /// How process isolation confines its workers: `required` (default on Linux),
     /// `best-effort` or `off` (docs/security.md).
     pub confinement: Option<crate::Confinement>,
+    /// How long an execution's thread waits awake for a call's answer, in microseconds,
+    /// at most 1000; 0 never does (see [`ExecutorConfig::answer_spin`]). Default 50.
+    pub answer_spin_us: Option<u64>,
 }
 
 /// `[limits]` and `[ceilings]`: each limit of an execution.
@@ -189,7 +193,7 @@ impl ServeConfig {
             flags,
             [listen, token_file, tls_cert, tls_key, log_format, log_level, admin, drain_timeout_ms]
         );
-        overlay!(self.executor, flags.executor, [workers, engine, isolation, confinement]);
+        overlay!(self.executor, flags.executor, [workers, engine, isolation, confinement, answer_spin_us]);
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
                 base,
@@ -243,6 +247,15 @@ impl ServeConfig {
         }
         if let Some(confinement) = self.executor.confinement {
             config.confinement = confinement;
+        }
+        if let Some(micros) = self.executor.answer_spin_us {
+            let most = crate::runtime::MAX_ANSWER_SPIN.as_micros();
+            if u128::from(micros) > most {
+                return Err(format!(
+                    "[executor] answer_spin_us is {micros}; it must be at most {most} (a longer wait awake only burns CPU); 0 never waits awake"
+                ));
+            }
+            config.answer_spin = Duration::from_micros(micros);
         }
         config.limits = self.limits.over(config.limits);
         config.ceilings = self.ceilings.over(config.ceilings);

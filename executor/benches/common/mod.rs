@@ -45,10 +45,16 @@ impl Drop for Served {
 
 /// A daemon listening on a Unix socket named for `bench`, and the socket's path.
 pub(crate) fn serve(bench: &str) -> (Served, std::path::PathBuf) {
+    serve_with(bench, &[])
+}
+
+/// [`serve`] with more of `codemode serve`'s flags.
+pub(crate) fn serve_with(bench: &str, flags: &[&str]) -> (Served, std::path::PathBuf) {
     let path = std::env::temp_dir().join(format!("codemode-bench-{bench}-{}.sock", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let child = std::process::Command::new(codemode_binary())
         .args(["serve", "--listen", &format!("unix:{}", path.display())])
+        .args(flags)
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("codemode serve");

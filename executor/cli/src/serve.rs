@@ -90,6 +90,10 @@ pub(crate) struct ServeArgs {
     /// or off (docs/security.md).
     #[arg(long, value_name = "LEVEL", value_parser = ["required", "best-effort", "off"])]
     confinement: Option<String>,
+    /// How long an execution's thread waits awake for a call's answer before it sleeps,
+    /// at most 1000; 0 never does [default: 50].
+    #[arg(long, value_name = "MICROS")]
+    answer_spin_us: Option<u64>,
     /// An execution's wall-clock limit unless its request asks otherwise [default: 30000].
     #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
@@ -159,6 +163,7 @@ impl ServeArgs {
                     .as_deref()
                     .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess }),
                 confinement: self.confinement.as_deref().and_then(|c| c.parse().ok()),
+                answer_spin_us: self.answer_spin_us,
             },
             limits: LimitsSection {
                 timeout_ms: self.timeout_ms,

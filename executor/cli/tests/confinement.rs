@@ -116,7 +116,9 @@ fn assert_locked(pid: u32, namespaces: bool) {
         .map(|entry| String::from_utf8_lossy(entry).split('=').next().unwrap().to_owned())
         .collect();
     let mut allowed: BTreeSet<String> =
-        ["CODEMODE_CONFINEMENT", "CODEMODE_DATA_LIMIT_BYTES", "TZ"].map(String::from).into();
+        ["CODEMODE_CONFINEMENT", "CODEMODE_DATA_LIMIT_BYTES", "CODEMODE_ANSWER_SPIN_US", "TZ"]
+            .map(String::from)
+            .into();
     if !namespaces {
         allowed.insert(codemode_executor::confine::NAMESPACES_VAR.to_owned());
     }
@@ -200,7 +202,7 @@ async fn every_confined_worker_is_locked_as_the_host_sees_it() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_worker_is_started_with_an_empty_environment_and_a_bounded_stderr() {
+async fn a_worker_gets_only_the_hosts_settings_as_its_environment_and_a_bounded_stderr() {
     let _one = ONE_AT_A_TIME.lock().await;
     // Unconfined too: the environment is the host's decision, not the worker's.
     let before = worker_pids();
@@ -211,13 +213,14 @@ async fn a_worker_is_started_with_an_empty_environment_and_a_bounded_stderr() {
     assert_eq!(pids.len(), 1);
     for pid in pids {
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
-        let names: Vec<String> = environ
+        let entries: Vec<String> = environ
             .split(|&b| b == 0)
             .filter(|entry| !entry.is_empty())
-            .map(|entry| String::from_utf8_lossy(entry).split('=').next().unwrap().to_owned())
-            .filter(|name| name != "TZ")
+            .map(|entry| String::from_utf8_lossy(entry).into_owned())
+            .filter(|entry| !entry.starts_with("TZ="))
             .collect();
-        assert_eq!(names, Vec::<String>::new());
+        // Only the host's answer spin (the default, in microseconds).
+        assert_eq!(entries, ["CODEMODE_ANSWER_SPIN_US=50"]);
         let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap();
         assert!(stderr.to_string_lossy().starts_with("pipe:"), "{stderr:?}");
     }

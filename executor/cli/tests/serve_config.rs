@@ -115,6 +115,10 @@ fn what_cannot_run_is_refused_with_what_to_change() {
         "unknown engine \"spidermonkey\"; built in: quickjs"
     );
     assert_eq!(refused("[executor]\nworkers = 0").unwrap_err(), "[executor] workers must be at least 1");
+    assert_eq!(
+        refused("[executor]\nanswer_spin_us = 1001").unwrap_err(),
+        "[executor] answer_spin_us is 1001; it must be at most 1000 (a longer wait awake only burns CPU); 0 never waits awake"
+    );
     let unknown = refused("[limits]\ntimeout = 5").unwrap_err();
     assert!(unknown.contains("unknown field `timeout`, expected one of `timeout_ms`"), "{unknown}");
     let missing = ServeConfig::default().daemon_config().unwrap_err();
@@ -261,5 +265,27 @@ fn confinement_is_set_in_the_executor_section_and_an_unknown_level_is_refused() 
     assert!(
         refused.contains("unknown variant `strict`, expected one of `required`, `best-effort`, `off`"),
         "{refused}"
+    );
+}
+
+#[test]
+fn the_answer_spin_is_set_in_microseconds_and_defaults_to_fifty() {
+    let executor = |text: &str| from_toml(text).unwrap().executor_config("codemode".into()).unwrap();
+    assert_eq!(executor("").answer_spin, Duration::from_micros(50));
+    assert_eq!(codemode_executor::DEFAULT_ANSWER_SPIN, Duration::from_micros(50));
+    assert_eq!(executor("[executor]\nanswer_spin_us = 0").answer_spin, Duration::ZERO);
+    assert_eq!(executor("[executor]\nanswer_spin_us = 1000").answer_spin, Duration::from_millis(1));
+}
+
+#[test]
+fn the_answer_spin_flag_is_checked_as_the_file_is() {
+    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["serve", "--listen", "unix:/tmp/codemode-answer-spin.sock", "--answer-spin-us", "5000"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8(output.stderr).unwrap(),
+        "codemode: [executor] answer_spin_us is 5000; it must be at most 1000 (a longer wait awake only burns CPU); 0 never waits awake\n"
     );
 }

@@ -65,7 +65,7 @@ pub(crate) fn allowlist() -> Vec<Entry> {
         entry!(SYS_poll, Any, "blocking waits on stdio"),
         entry!(SYS_ppoll, Any, "blocking waits on stdio"),
         entry!(SYS_futex, Any, "locks, condition variables, thread joins"),
-        entry!(SYS_sched_yield, Any, "spin locks of the allocator and V8"),
+        entry!(SYS_sched_yield, Any, "spin locks of the allocator and V8; a wait for an answer"),
         entry!(SYS_sched_getaffinity, Any, "thread pools size themselves"),
         entry!(SYS_sched_getparam, Any, "V8's threads read their own priority (a query)"),
         entry!(SYS_sched_getscheduler, Any, "V8's threads read their own scheduling policy (a query)"),

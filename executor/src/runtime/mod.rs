@@ -10,6 +10,7 @@
 
 mod calls;
 mod prelude;
+mod spin;
 mod timers;
 mod warm;
 
@@ -23,6 +24,7 @@ use std::time::{Duration, Instant};
 
 use codemode_protocol::{Location, OutcomeKind, ProgramMap, Value, parse_for_dispatch, texts};
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use spin::Polled;
 use tokio::sync::mpsc::UnboundedSender;
 
 use crate::budget::Budget;
@@ -33,6 +35,7 @@ use crate::watch::{Event as Watched, Watcher};
 use crate::watchdog::Watchdog;
 use calls::Calls;
 use codemode_protocol::wire::LogLevel;
+pub(crate) use spin::{Gate as SpinGate, MAX_ANSWER_SPIN};
 use timers::Timers;
 use warm::Builtins;
 pub(crate) use warm::Warm;
@@ -64,6 +67,8 @@ pub(crate) struct Job {
     pub(crate) live: Live,
     /// Where the run's events go, when the host watches it.
     pub(crate) watch: Option<Watcher>,
+    /// How long the thread waits awake for a call's answer before it sleeps ([`spin`]).
+    pub(crate) answer_spin: Duration,
 }
 
 /// Holds one execution in its pool's count of live engines until dropped.
@@ -255,6 +260,7 @@ struct Execution<E: Engine> {
     retain: bool,
     deadline: Instant,
     inbox: Receiver<Message>,
+    answer_spin: Duration,
     control: Arc<Control>,
     watchdog: Watchdog,
     live: Option<Live>,
@@ -295,6 +301,7 @@ impl<E: Engine> Execution<E> {
             retain: job.retain,
             deadline: job.deadline,
             inbox: job.inbox,
+            answer_spin: job.answer_spin,
             control: job.control.clone(),
             watchdog: job.watchdog,
             live: Some(job.live),
@@ -650,19 +657,33 @@ impl<E: Engine> Execution<E> {
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();
             }
-            let message = match wake {
+            // Calls in flight and nothing due sooner: wait for the answer awake for a while.
+            let calls = !settled && self.state.borrow().calls.len() > 0;
+            let polled = match wake {
+                Some(at) if at <= now => Polled::Nothing,
+                _ if !calls || self.answer_spin.is_zero() => Polled::Nothing,
+                wake => {
+                    let until = now + self.answer_spin;
+                    spin::poll(&self.inbox, wake.map_or(until, |at| at.min(until)), spin::Gate::process())
+                }
+            };
+            let message = match (polled, wake) {
+                (Polled::Message(message), _) => Some(message),
+                (Polled::Disconnected, _) => return self.dispose(),
                 // Due now: take a waiting message first, so timers never starve answers.
-                Some(at) if at <= now => match self.inbox.try_recv() {
+                (Polled::Nothing, Some(at)) if at <= now => match self.inbox.try_recv() {
                     Ok(message) => Some(message),
                     Err(crossbeam_channel::TryRecvError::Empty) => None,
                     Err(crossbeam_channel::TryRecvError::Disconnected) => return self.dispose(),
                 },
-                Some(at) => match self.inbox.recv_timeout(at - now) {
-                    Ok(message) => Some(message),
-                    Err(RecvTimeoutError::Timeout) => None,
-                    Err(RecvTimeoutError::Disconnected) => return self.dispose(),
-                },
-                None => match self.inbox.recv() {
+                (Polled::Nothing, Some(at)) => {
+                    match self.inbox.recv_timeout(at.saturating_duration_since(Instant::now())) {
+                        Ok(message) => Some(message),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return self.dispose(),
+                    }
+                }
+                (Polled::Nothing, None) => match self.inbox.recv() {
                     Ok(message) => Some(message),
                     Err(_) => return self.dispose(),
                 },

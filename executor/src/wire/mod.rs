@@ -32,6 +32,10 @@ use tokio::sync::Notify;
 /// without bound.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
 
+/// What a worker process's host tells it in its environment: the host's
+/// [`crate::ExecutorConfig::answer_spin`] in microseconds (absent: the default).
+pub(crate) const ANSWER_SPIN_VAR: &str = "CODEMODE_ANSWER_SPIN_US";
+
 /// How many bytes of an oversized frame are kept to tell what it was.
 const HEAD_BYTES: usize = 96;
 

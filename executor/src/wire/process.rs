@@ -16,7 +16,7 @@
 //! filter) gives [`texts::WORKER_CONFINEMENT_KILLED`] and an error event with its pid.
 //!
 //! A worker is treated as a hostile client (docs/security.md): it starts with an empty
-//! environment plus [`confine::CONFINEMENT_VAR`], the data cap and `TZ`; its stderr is
+//! environment plus [`confine::CONFINEMENT_VAR`], the data cap, the answer spin and `TZ`; its stderr is
 //! piped and only its last [`STDERR_TAIL`] bytes are kept, for the log; each call it sends
 //! is checked against the request (the run it serves, the payload bound, the calls in
 //! flight) before it reaches the dispatch. Under confinement ([`Confinement::confines`]) a
@@ -244,6 +244,8 @@ struct PoolShared {
     confinement: Confinement,
     /// The data-segment cap a confined worker sets (above the memory ceiling).
     data_limit_bytes: u64,
+    /// The host's [`crate::ExecutorConfig::answer_spin`], which its workers take.
+    answer_spin: Duration,
     idle: Mutex<Vec<Worker>>,
     keep_idle: usize,
     /// Workers being started ahead of demand now.
@@ -260,6 +262,7 @@ impl ProcessPool {
         keep_idle: usize,
         confinement: Confinement,
         memory_ceiling: usize,
+        answer_spin: Duration,
     ) -> ProcessPool {
         // The engine's budget, plus room for what the engine and runtime hold beside it.
         let data_limit_bytes = (memory_ceiling as u64).saturating_mul(2).saturating_add(2 << 30);
@@ -267,6 +270,7 @@ impl ProcessPool {
             command,
             confinement,
             data_limit_bytes,
+            answer_spin,
             idle: Mutex::new(Vec::new()),
             keep_idle: keep_idle.max(1),
             starting: AtomicUsize::new(0),
@@ -348,6 +352,7 @@ impl PoolShared {
             command.env(confine::CONFINEMENT_VAR, self.confinement.name());
             command.env(confine::DATA_LIMIT_VAR, self.data_limit_bytes.to_string());
         }
+        command.env(super::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
         // The host's time zone, so a worker's dates read as an in-process run's.
         if let Some(zone) = std::env::var_os("TZ") {
             command.env("TZ", zone);

@@ -38,7 +38,11 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
     let served = runtime.spawn(async move {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
-        let executor = Executor::new(ExecutorConfig { engine, workers: 1, ..ExecutorConfig::default() });
+        let mut config = ExecutorConfig { engine, workers: 1, ..ExecutorConfig::default() };
+        if let Some(micros) = std::env::var(super::ANSWER_SPIN_VAR).ok().and_then(|v| v.parse().ok()) {
+            config.answer_spin = std::time::Duration::from_micros(micros);
+        }
+        let executor = Executor::new(config);
         if !level.confines() {
             let input = tokio::io::BufReader::new(tokio::io::stdin());
             return super::server::serve(executor, input, tokio::io::stdout()).await;
