@@ -134,9 +134,9 @@ fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Durat
         ..Default::default()
     });
     per_call(|n| {
-        // A confined worker serves one run, and its replacement starts as the run begins:
-        // this pause (not timed) lets that start end first, so the calls timed do not
-        // share the CPUs with a process's start (a few ms of CPU).
+        // A confined worker serves one run, and the pool starts its replacement as a run
+        // takes it: this pause (not timed) lets the worker this run takes finish starting,
+        // so the run does not wait for it. The next one's start still overlaps the run.
         std::thread::sleep(Duration::from_millis(30));
         let started = Instant::now();
         rt.block_on(isolated.execute(common::calls(n)));

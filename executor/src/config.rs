@@ -200,12 +200,12 @@ pub struct ExecutorConfig {
     /// default on Linux. Nothing confines in-process executions.
     pub confinement: crate::Confinement,
     /// How long an execution's thread waits awake for a call's answer before it sleeps
-    /// (default 50 µs, at most 1 ms is used, zero never waits awake). An answer that comes
-    /// in that time costs no wake-up of a sleeping thread, about 20 µs on a VM. The thread
-    /// gives its CPU to any runnable thread as it waits, and at most one thread fewer than
-    /// the CPUs the process may use waits awake at once, so it only uses a CPU that would
-    /// idle; that time still counts against a CPU quota. Process isolation's workers get
-    /// the host's setting.
+    /// (default 50 µs, at most 1 ms is used, zero never waits awake), once per call made
+    /// or answer taken. An answer that comes in that time costs no wake-up of a sleeping
+    /// thread, about 20 µs on a VM. The thread yields to any thread runnable on its CPU as
+    /// it waits, and at most one thread fewer than the CPUs this process may use waits
+    /// awake at once; the time counts against a CPU quota. Process isolation's workers
+    /// get the host's setting, and each worker process has its own bound.
     pub answer_spin: Duration,
 }
 

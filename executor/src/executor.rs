@@ -69,7 +69,7 @@ impl Executor {
                 config.answer_spin,
             )),
         };
-        // Read the CPUs now: a worker's confinement closes what they are read from.
+        // The CPUs the answer spin may use, read once, here rather than in an execution.
         crate::runtime::SpinGate::process();
         Executor {
             inner: Arc::new(Inner {

@@ -220,7 +220,8 @@ async fn a_worker_gets_only_the_hosts_settings_as_its_environment_and_a_bounded_
             .filter(|entry| !entry.starts_with("TZ="))
             .collect();
         // Only the host's answer spin (the default, in microseconds).
-        assert_eq!(entries, ["CODEMODE_ANSWER_SPIN_US=50"]);
+        let spin = format!("CODEMODE_ANSWER_SPIN_US={}", codemode_executor::DEFAULT_ANSWER_SPIN.as_micros());
+        assert_eq!(entries, [spin]);
         let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap();
         assert!(stderr.to_string_lossy().starts_with("pipe:"), "{stderr:?}");
     }

@@ -279,10 +279,18 @@ fn the_answer_spin_is_set_in_microseconds_and_defaults_to_fifty() {
 
 #[test]
 fn the_answer_spin_flag_is_checked_as_the_file_is() {
-    let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
         .args(["serve", "--listen", "unix:/tmp/codemode-answer-spin.sock", "--answer-spin-us", "5000"])
-        .output()
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    // A daemon that took the value would serve on: it is killed, and the test fails.
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(
         String::from_utf8(output.stderr).unwrap(),

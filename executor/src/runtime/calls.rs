@@ -50,6 +50,11 @@ impl Calls {
     pub(super) fn len(&self) -> usize {
         self.open.len()
     }
+
+    /// Call ids given out so far: it grows with each call that goes out.
+    pub(super) fn opened(&self) -> u64 {
+        self.next
+    }
 }
 
 impl State {

@@ -261,6 +261,10 @@ struct Execution<E: Engine> {
     deadline: Instant,
     inbox: Receiver<Message>,
     answer_spin: Duration,
+    /// Answers taken from the inbox so far.
+    answered: u64,
+    /// (calls opened, answers taken) when a wait awake last ran out: no other until one changes.
+    spun_out: Option<(u64, u64)>,
     control: Arc<Control>,
     watchdog: Watchdog,
     live: Option<Live>,
@@ -302,6 +306,8 @@ impl<E: Engine> Execution<E> {
             deadline: job.deadline,
             inbox: job.inbox,
             answer_spin: job.answer_spin,
+            answered: 0,
+            spun_out: None,
             control: job.control.clone(),
             watchdog: job.watchdog,
             live: Some(job.live),
@@ -657,14 +663,27 @@ impl<E: Engine> Execution<E> {
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();
             }
-            // Calls in flight and nothing due sooner: wait for the answer awake for a while.
-            let calls = !settled && self.state.borrow().calls.len() > 0;
+            // Calls in flight and nothing due sooner: wait for an answer awake for a while,
+            // once per call gone out or answer come in, not again at every timer's turn.
+            let (in_flight, opened) = {
+                let state = self.state.borrow();
+                (state.calls.len(), state.calls.opened())
+            };
+            let spin_owed = !settled && in_flight > 0 && self.spun_out != Some((opened, self.answered));
             let polled = match wake {
                 Some(at) if at <= now => Polled::Nothing,
-                _ if !calls || self.answer_spin.is_zero() => Polled::Nothing,
+                _ if !spin_owed || self.answer_spin.is_zero() => Polled::Nothing,
                 wake => {
                     let until = now + self.answer_spin;
-                    spin::poll(&self.inbox, wake.map_or(until, |at| at.min(until)), spin::Gate::process())
+                    let polled = spin::poll(
+                        &self.inbox,
+                        wake.map_or(until, |at| at.min(until)),
+                        spin::Gate::process(),
+                    );
+                    if matches!(polled, Polled::Nothing) {
+                        self.spun_out = Some((opened, self.answered));
+                    }
+                    polled
                 }
             };
             let message = match (polled, wake) {
@@ -689,7 +708,10 @@ impl<E: Engine> Execution<E> {
                 },
             };
             match message {
-                Some(Message::Answer { call, answer }) => self.answer(call, answer),
+                Some(Message::Answer { call, answer }) => {
+                    self.answered += 1;
+                    self.answer(call, answer)
+                }
                 Some(Message::Cancel) => return self.dispose(),
                 None => self.fire_due_timers(),
             }

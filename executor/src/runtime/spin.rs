@@ -3,9 +3,10 @@
 //! An answer that reaches a sleeping execution thread costs a wake-up, and when that
 //! thread's CPU has gone idle, an interrupt into a halted CPU: about 20 µs on a VM
 //! (docs/performance.md, "An execution waits awake for its answer"). So a thread with calls
-//! in flight first polls its inbox for up to its `answer_spin`, giving its CPU to any
-//! runnable thread at each turn. At most one thread fewer than the process may use CPUs
-//! polls at once, so polling never holds the last one, and with one CPU nothing polls.
+//! in flight first polls its inbox for up to its `answer_spin`, yielding at each turn to
+//! any thread runnable on its CPU. At most one thread fewer than the CPUs the process may
+//! use polls at once, so polling never holds the last one, and with one CPU nothing polls.
+//! The bound is this process's: each worker process of process isolation has its own.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -76,7 +77,7 @@ pub(crate) fn poll<T>(inbox: &Receiver<T>, until: Instant, gate: &Gate) -> Polle
         if Instant::now() >= until {
             return Polled::Nothing;
         }
-        // The CPU goes to any runnable thread first: polling only uses a CPU that would idle.
+        // A thread runnable on this CPU goes first.
         std::thread::yield_now();
     }
 }

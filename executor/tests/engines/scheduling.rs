@@ -115,3 +115,46 @@ async fn a_spinning_program_does_not_delay_a_timer_elsewhere() {
     assert!(started.elapsed() < Duration::from_millis(100 + 500), "{:?}", started.elapsed());
     assert_eq!(spinner.await.unwrap().kind(), OutcomeKind::Timeout);
 }
+
+/// A thread waiting awake for an answer (the longest `answer_spin`) still runs the timers
+/// due meanwhile, takes the answers that come, and ends at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_waiting_awake_for_answers_runs_its_timers_and_meets_its_deadline() {
+    let executor =
+        Executor::new(ExecutorConfig { answer_spin: Duration::from_millis(1), ..crate::support::config() });
+    let dispatch = |call: ToolCall| async move {
+        match call.tool.as_str() {
+            "never" => std::future::pending().await,
+            // Later than the wait awake: the answer reaches a sleeping thread.
+            "slow" => tokio::time::sleep(Duration::from_millis(5)).await,
+            _ => tokio::task::yield_now().await,
+        }
+        format!("{{\"result\":{}}}", call.args_json)
+    };
+    let store = ProviderDescriptor::new("store", ["never", "slow", "soon"]);
+    let ticks = "async () => {
+        store.never();
+        const ticks = [];
+        await new Promise((resolve) => {
+            const t = setInterval(() => { ticks.push(ticks.length); if (ticks.length === 5) { clearInterval(t); resolve(); } }, 0);
+        });
+        const answers = [];
+        for (let i = 0; i < 3; i++) answers.push(await store.slow(i), await store.soon(i));
+        return [ticks, answers];
+    }";
+    let outcome = executor
+        .execute(
+            Request::new(ticks).provider(store.clone()).dispatch(dispatch).timeout(Duration::from_secs(5)),
+        )
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":[[0,1,2,3,4],[[0],[0],[1],[1],[2],[2]]],"logs":[]}"#);
+    let waiting = executor
+        .execute(
+            Request::new("async () => await store.never()")
+                .provider(store)
+                .dispatch(dispatch)
+                .timeout(Duration::from_millis(300)),
+        )
+        .await;
+    assert_eq!(json(&waiting), r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":[]}"#);
+}
