@@ -16,13 +16,14 @@
 //! filter) gives [`texts::WORKER_CONFINEMENT_KILLED`] and an error event with its pid.
 //!
 //! A worker is treated as a hostile client (docs/security.md): it starts with an empty
-//! environment plus [`confine::CONFINEMENT_VAR`], the data cap, the answer spin and `TZ`; its stderr is
-//! piped and only its last [`STDERR_TAIL`] bytes are kept, for the log; each call it sends
-//! is checked against the request (the run it serves, the payload bound, the calls in
-//! flight) before it reaches the dispatch. Under confinement ([`Confinement::confines`]) a
-//! worker serves one execution and is replaced; the pool keeps fresh, already locked
-//! workers ready, and before a worker's first execution the host reads
-//! `/proc/<pid>/task/*/status` itself (no-new-privs 1, seccomp 2 on every thread).
+//! environment plus [`confine::CONFINEMENT_VAR`], the data cap, the answer spin and `TZ`;
+//! its stderr is piped and only its last [`STDERR_TAIL`] bytes are kept, for the log;
+//! each call it sends is checked against the request (the run it serves, the payload
+//! bound, the calls in flight) before it reaches the dispatch. Under confinement
+//! ([`Confinement::confines`]) a worker serves one execution and is replaced; the pool
+//! keeps fresh, already locked workers ready, and before a worker's first execution the
+//! host reads `/proc/<pid>/task/*/status` itself (no-new-privs 1, seccomp 2 on every
+//! thread).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
