@@ -69,8 +69,8 @@ impl Executor {
                 config.answer_spin,
             )),
         };
-        // The CPUs the answer spin may use, read once, here rather than in an execution.
-        crate::runtime::SpinGate::process();
+        // The CPUs this process may use, read once, here rather than in an execution.
+        crate::runtime::cpus();
         Executor {
             inner: Arc::new(Inner {
                 config,

@@ -9,6 +9,7 @@
 //! ([`crate::watch`]). An engine only offers primitives ([`crate::engine::Engine`]).
 
 mod calls;
+mod cpus;
 mod prelude;
 mod spin;
 mod timers;
@@ -35,7 +36,8 @@ use crate::watch::{Event as Watched, Watcher};
 use crate::watchdog::Watchdog;
 use calls::Calls;
 use codemode_protocol::wire::LogLevel;
-pub(crate) use spin::{Gate as SpinGate, MAX_ANSWER_SPIN};
+pub(crate) use cpus::cpus;
+pub(crate) use spin::MAX_ANSWER_SPIN;
 use timers::Timers;
 use warm::Builtins;
 pub(crate) use warm::Warm;
@@ -809,6 +811,13 @@ impl<E: Engine> Execution<E> {
         // The engine is out of the count before the host hears, so an outcome in hand means
         // the engine is gone; its memory is freed after the host has the outcome.
         let _ = self.state.borrow().events.send(Event::Settled(settlement));
+        // On one CPU the host's thread that takes the outcome waits behind this one, and
+        // what follows (freeing the engine, making the next) takes longer than the run:
+        // give it the CPU first. With more CPUs it runs elsewhere, and a yield among many
+        // runnable execution threads only adds switches.
+        if cpus() == 1 {
+            std::thread::yield_now();
+        }
         drop(disposed);
     }
 

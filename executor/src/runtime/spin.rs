@@ -38,14 +38,10 @@ impl Gate {
         Gate { polling: AtomicUsize::new(0), max }
     }
 
-    /// The process's gate: the CPUs it may use (its affinity and cgroup quota) less one.
-    /// The first use reads them, so the executor makes it before a worker's confinement.
+    /// The process's gate: the CPUs it may use ([`super::cpus`]) less one.
     pub(crate) fn process() -> &'static Gate {
         static GATE: OnceLock<Gate> = OnceLock::new();
-        GATE.get_or_init(|| {
-            let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-            Gate::new(cpus - 1)
-        })
+        GATE.get_or_init(|| Gate::new(super::cpus::cpus() - 1))
     }
 
     pub(crate) fn take(&self) -> Option<Slot<'_>> {

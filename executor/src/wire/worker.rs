@@ -27,9 +27,9 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(DEFAULT_DATA_LIMIT);
-    // The CPUs its answer spin may use, read while the files they come from (the cgroup's
-    // quota) can still be opened: Landlock closes them below.
-    crate::runtime::SpinGate::process();
+    // The CPUs it may use, read while the files they come from (the cgroup's quota) can
+    // still be opened: Landlock closes them below.
+    crate::runtime::cpus();
     let layers = confine::prepare_worker(level, data_limit)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
