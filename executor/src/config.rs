@@ -202,15 +202,15 @@ pub struct ExecutorConfig {
     /// How long an execution's thread waits awake for a call's answer before it sleeps
     /// (default 50 µs, at most 1 ms is used, zero never waits awake), once per call made
     /// or answer taken. An answer that comes in that time costs no wake-up of a sleeping
-    /// thread, about 20 µs on a VM. The thread yields to any thread runnable on its CPU as
-    /// it waits, and at most one thread fewer than the CPUs this process may use waits
+    /// thread, about 20 µs on a VM. The thread offers its CPU to any thread runnable on it
+    /// as it waits, and at most one thread fewer than the CPUs this process may use waits
     /// awake at once; the time counts against a CPU quota. Process isolation's workers
     /// get the host's setting, and each worker process has its own bound.
     pub answer_spin: Duration,
 }
 
-/// [`ExecutorConfig::answer_spin`] by default: a call answered on this machine (a daemon's
-/// host, a worker's pipes) comes back in 25 to 45 µs.
+/// [`ExecutorConfig::answer_spin`] by default: a call answered over a daemon's Unix socket
+/// or a worker's pipes on the project's machine comes back in 25 to 45 µs.
 pub const DEFAULT_ANSWER_SPIN: Duration = Duration::from_micros(50);
 
 impl Default for ExecutorConfig {

@@ -2,7 +2,7 @@
 //! from a TOML file (`codemode serve --config FILE`) and overridden by flags.
 //!
 //! Every field is optional; an absent one keeps its documented default. Durations are
-//! written in milliseconds, sizes in bytes.
+//! written in milliseconds (the answer spin, `_us`, in microseconds), sizes in bytes.
 //!
 //! ```toml
 //! listen = "unix:/run/codemode/codemode.sock"

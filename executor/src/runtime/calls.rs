@@ -51,7 +51,8 @@ impl Calls {
         self.open.len()
     }
 
-    /// Call ids given out so far: it grows with each call that goes out.
+    /// Call ids given out so far: it grows with each call that goes out (and with each
+    /// one refused while the run is watched, which only lets the thread wait awake again).
     pub(super) fn opened(&self) -> u64 {
         self.next
     }

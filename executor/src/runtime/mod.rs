@@ -808,14 +808,14 @@ impl<E: Engine> Execution<E> {
         let Some(settlement) = self.settlement.take() else { return };
         self.reported = true;
         let disposed = if self.retain { None } else { self.take_engine() };
-        // The engine is out of the count before the host hears, so an outcome in hand means
-        // the engine is gone; its memory is freed after the host has the outcome.
+        // The engine is out of the live count before the host hears, so an outcome in hand
+        // means the engine is gone from it; its memory is freed after the host has the outcome.
         let _ = self.state.borrow().events.send(Event::Settled(settlement));
         // On one CPU the host's thread that takes the outcome waits behind this one, and
         // what follows (freeing the engine, making the next) takes longer than the run:
         // give it the CPU first. With more CPUs it runs elsewhere, and a yield among many
         // runnable execution threads only adds switches.
-        if cpus() == 1 {
+        if disposed.is_some() && cpus() == 1 {
             std::thread::yield_now();
         }
         drop(disposed);

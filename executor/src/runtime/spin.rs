@@ -3,8 +3,8 @@
 //! An answer that reaches a sleeping execution thread costs a wake-up, and when that
 //! thread's CPU has gone idle, an interrupt into a halted CPU: about 20 µs on a VM
 //! (docs/performance.md, "An execution waits awake for its answer"). So a thread with calls
-//! in flight first polls its inbox for up to its `answer_spin`, yielding at each turn to
-//! any thread runnable on its CPU. At most one thread fewer than the CPUs the process may
+//! in flight first polls its inbox for up to its `answer_spin`, offering its CPU at each
+//! turn to any thread runnable on it. At most one thread fewer than the CPUs the process may
 //! use polls at once, so polling never holds the last one, and with one CPU nothing polls.
 //! The bound is this process's: each worker process of process isolation has its own.
 
@@ -38,7 +38,7 @@ impl Gate {
         Gate { polling: AtomicUsize::new(0), max }
     }
 
-    /// The process's gate: the CPUs it may use ([`super::cpus`]) less one.
+    /// The process's gate: the CPUs it may use ([`super::cpus::cpus`]) less one.
     pub(crate) fn process() -> &'static Gate {
         static GATE: OnceLock<Gate> = OnceLock::new();
         GATE.get_or_init(|| Gate::new(super::cpus::cpus() - 1))
@@ -73,7 +73,7 @@ pub(crate) fn poll<T>(inbox: &Receiver<T>, until: Instant, gate: &Gate) -> Polle
         if Instant::now() >= until {
             return Polled::Nothing;
         }
-        // A thread runnable on this CPU goes first.
+        // Offers this CPU to any thread runnable on it.
         std::thread::yield_now();
     }
 }
