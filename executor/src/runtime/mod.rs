@@ -665,29 +665,7 @@ impl<E: Engine> Execution<E> {
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();
             }
-            // Calls in flight and nothing due sooner: wait for an answer awake for a while,
-            // once per call gone out or answer come in, not again at every timer's turn.
-            let (in_flight, opened) = {
-                let state = self.state.borrow();
-                (state.calls.len(), state.calls.opened())
-            };
-            let spin_owed = !settled && in_flight > 0 && self.spun_out != Some((opened, self.answered));
-            let polled = match wake {
-                Some(at) if at <= now => Polled::Nothing,
-                _ if !spin_owed || self.answer_spin.is_zero() => Polled::Nothing,
-                wake => {
-                    let until = now + self.answer_spin;
-                    let polled = spin::poll(
-                        &self.inbox,
-                        wake.map_or(until, |at| at.min(until)),
-                        spin::Gate::process(),
-                    );
-                    if matches!(polled, Polled::Nothing) {
-                        self.spun_out = Some((opened, self.answered));
-                    }
-                    polled
-                }
-            };
+            let polled = if settled { Polled::Nothing } else { self.wait_awake(now, wake) };
             let message = match (polled, wake) {
                 (Polled::Message(message), _) => Some(message),
                 (Polled::Disconnected, _) => return self.dispose(),
@@ -718,6 +696,28 @@ impl<E: Engine> Execution<E> {
                 None => self.fire_due_timers(),
             }
         }
+    }
+
+    /// With calls in flight and nothing due before `wake`, wait for an answer awake for a
+    /// while ([`spin`]): once per call gone out or answer come in, not again at every
+    /// timer's turn.
+    fn wait_awake(&mut self, now: Instant, wake: Option<Instant>) -> Polled<Message> {
+        if self.answer_spin.is_zero() || wake.is_some_and(|at| at <= now) {
+            return Polled::Nothing;
+        }
+        let (in_flight, opened) = {
+            let state = self.state.borrow();
+            (state.calls.len(), state.calls.opened())
+        };
+        if in_flight == 0 || self.spun_out == Some((opened, self.answered)) {
+            return Polled::Nothing;
+        }
+        let until = now + self.answer_spin;
+        let polled = spin::poll(&self.inbox, wake.map_or(until, |at| at.min(until)), spin::Gate::process());
+        if matches!(polled, Polled::Nothing) {
+            self.spun_out = Some((opened, self.answered));
+        }
+        polled
     }
 
     fn answer(&mut self, call: u64, answer: CallAnswer) {
