@@ -136,10 +136,12 @@ fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Durat
     per_call(|n| {
         // A confined worker serves one run, and the pool starts its replacement as a run
         // takes it: this pause (not timed) lets the worker this run takes finish starting,
-        // so the run does not wait for it. The next one's start still overlaps the run.
+        // so the run does not wait for it; and the program's own pause (timed in runs of
+        // no calls too, so it cancels out) lets the replacement's start end before the
+        // calls, so they are not timed on a CPU shared with it.
         std::thread::sleep(Duration::from_millis(30));
         let started = Instant::now();
-        rt.block_on(isolated.execute(common::calls(n)));
+        rt.block_on(isolated.execute(common::calls_after(n, 20)));
         started.elapsed()
     })
 }

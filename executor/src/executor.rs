@@ -171,8 +171,13 @@ impl Executor {
         let deliver: Deliver = Arc::new(move |call, answer| {
             let _ = messages.send(Message::Answer { call, answer });
         });
-        let host =
-            Host { dispatch: request.dispatch.clone(), outbound: request.outbound.clone(), runtime, deliver };
+        let host = Host {
+            dispatch: request.dispatch.clone(),
+            outbound: request.outbound.clone(),
+            runtime,
+            deliver,
+            answers: request.answers.clone(),
+        };
         let deadline = started + limits.timeout;
         let (timed_out, watched, timeout) = (events.clone(), control.clone(), Settlement::timeout(&limits));
         let watched_done = done.clone();

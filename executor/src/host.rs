@@ -40,6 +40,8 @@ pub(crate) struct Host {
     pub(crate) outbound: Option<Arc<dyn Outbound>>,
     pub(crate) runtime: Handle,
     pub(crate) deliver: Deliver,
+    /// The request's [`crate::request::ReadAnswers`], called while the execution waits awake.
+    pub(crate) answers: Option<crate::request::ReadAnswers>,
 }
 
 impl Host {

@@ -30,7 +30,13 @@ pub struct Request {
     /// A watcher made already: the wire server's forwarder to its client, or (after
     /// [`Request::watch_host_side`]) the one a wire's log and waiting messages reach.
     pub(crate) watcher: Option<Watcher>,
+    /// Reads the answers waiting on the connection, when the execution's thread may
+    /// (a worker's lent input: `wire::lend`).
+    pub(crate) answers: Option<ReadAnswers>,
 }
+
+/// What an execution's thread calls while it waits awake for an answer.
+pub(crate) type ReadAnswers = Arc<dyn Fn() + Send + Sync>;
 
 #[derive(Clone, Copy, Default)]
 pub(crate) struct LocalOverrides {
@@ -55,6 +61,7 @@ impl Request {
             local: LocalOverrides::default(),
             on_event: None,
             watcher: None,
+            answers: None,
         }
     }
 
@@ -89,6 +96,7 @@ impl Request {
             },
             on_event: None,
             watcher: None,
+            answers: None,
         }
     }
 
@@ -201,6 +209,12 @@ impl Request {
     /// Watch the run with `watcher` (the wire server's forwarder).
     pub(crate) fn forward_events(mut self, watcher: Watcher) -> Request {
         self.watcher = Some(watcher);
+        self
+    }
+
+    /// Let the execution's thread read its answers itself while it waits awake for one.
+    pub(crate) fn read_answers_with(mut self, answers: ReadAnswers) -> Request {
+        self.answers = Some(answers);
         self
     }
 

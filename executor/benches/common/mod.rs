@@ -15,6 +15,16 @@ pub(crate) fn calls(n: usize) -> Request {
         .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
 }
 
+/// [`calls`], after the program waits `pause_ms` on a timer.
+pub(crate) fn calls_after(n: usize, pause_ms: u64) -> Request {
+    let code = format!(
+        "async () => {{ await new Promise((done) => setTimeout(done, {pause_ms})); let sum = 0; for (let i = 0; i < {n}; i++) sum += await store.one(i); return sum }}"
+    );
+    Request::new(code)
+        .provider(ProviderDescriptor::new("store", ["one"]))
+        .dispatch(|_: ToolCall| async { r#"{"result":1}"#.to_owned() })
+}
+
 /// A 1 MiB `Uint8Array` sent to dispatch and echoed back.
 pub(crate) fn echo_bytes() -> Request {
     Request::new(

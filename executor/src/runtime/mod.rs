@@ -700,20 +700,22 @@ impl<E: Engine> Execution<E> {
 
     /// With calls in flight and nothing due before `wake`, wait for an answer awake for a
     /// while ([`spin`]): once per call gone out or answer come in, not again at every
-    /// timer's turn.
+    /// timer's turn. A worker's execution reads its answers from the connection itself
+    /// meanwhile (`wire::lend`).
     fn wait_awake(&mut self, now: Instant, wake: Option<Instant>) -> Polled<Message> {
         if self.answer_spin.is_zero() || wake.is_some_and(|at| at <= now) {
             return Polled::Nothing;
         }
-        let (in_flight, opened) = {
+        let (in_flight, opened, answers) = {
             let state = self.state.borrow();
-            (state.calls.len(), state.calls.opened())
+            (state.calls.len(), state.calls.opened(), state.host.answers.clone())
         };
         if in_flight == 0 || self.spun_out == Some((opened, self.answered)) {
             return Polled::Nothing;
         }
-        let until = now + self.answer_spin;
-        let polled = spin::poll(&self.inbox, wake.map_or(until, |at| at.min(until)), spin::Gate::process());
+        let until = wake.map_or(now + self.answer_spin, |at| at.min(now + self.answer_spin));
+        let read = answers.as_deref().map(|read| read as &dyn Fn());
+        let polled = spin::poll(&self.inbox, until, spin::Gate::process(), read);
         if matches!(polled, Polled::Nothing) {
             self.spun_out = Some((opened, self.answered));
         }

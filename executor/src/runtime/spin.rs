@@ -61,10 +61,19 @@ pub(crate) enum Polled<T> {
     Nothing,
 }
 
-/// Poll `inbox` until `until`, if `gate` has a slot.
-pub(crate) fn poll<T>(inbox: &Receiver<T>, until: Instant, gate: &Gate) -> Polled<T> {
+/// Poll `inbox` until `until`, if `gate` has a slot; `read` first at each turn, when the
+/// thread may read its answers from the connection itself (a worker's: `wire::lend`).
+pub(crate) fn poll<T>(
+    inbox: &Receiver<T>,
+    until: Instant,
+    gate: &Gate,
+    read: Option<&dyn Fn()>,
+) -> Polled<T> {
     let Some(_slot) = gate.take() else { return Polled::Nothing };
     loop {
+        if let Some(read) = read {
+            read();
+        }
         match inbox.try_recv() {
             Ok(message) => return Polled::Message(message),
             Err(TryRecvError::Disconnected) => return Polled::Disconnected,
@@ -102,9 +111,9 @@ mod tests {
         let (send, inbox) = crossbeam_channel::unbounded();
         send.send(7).unwrap();
         let later = Instant::now() + Duration::from_secs(60);
-        assert!(matches!(poll(&inbox, later, &gate), Polled::Message(7)));
+        assert!(matches!(poll(&inbox, later, &gate, None), Polled::Message(7)));
         drop(send);
-        assert!(matches!(poll(&inbox, later, &gate), Polled::Disconnected));
+        assert!(matches!(poll(&inbox, later, &gate, None), Polled::Disconnected));
         // The slot went back each time.
         assert!(gate.take().is_some());
     }
@@ -113,14 +122,14 @@ mod tests {
     fn polling_ends_at_its_time_and_without_a_slot_at_once() {
         let (send, inbox) = crossbeam_channel::unbounded::<u8>();
         let gate = Gate::new(1);
-        assert!(matches!(poll(&inbox, Instant::now(), &gate), Polled::Nothing));
+        assert!(matches!(poll(&inbox, Instant::now(), &gate, None), Polled::Nothing));
         let held = gate.take().unwrap();
         // No slot: it returns without polling, though a message waits and time is left.
         send.send(1).unwrap();
         let later = Instant::now() + Duration::from_secs(60);
-        assert!(matches!(poll(&inbox, later, &gate), Polled::Nothing));
+        assert!(matches!(poll(&inbox, later, &gate, None), Polled::Nothing));
         drop(held);
-        assert!(matches!(poll(&inbox, later, &gate), Polled::Message(1)));
+        assert!(matches!(poll(&inbox, later, &gate, None), Polled::Message(1)));
     }
 
     #[test]
@@ -134,7 +143,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(5));
         });
         let until = Instant::now() + Duration::from_secs(4);
-        assert!(matches!(poll(&inbox, until, &gate), Polled::Message("answer")));
+        assert!(matches!(poll(&inbox, until, &gate, None), Polled::Message("answer")));
         drop(sender);
     }
 }

@@ -9,6 +9,7 @@
 //! longer than its bound.
 
 pub(crate) mod admit;
+pub(crate) mod lend;
 pub(crate) mod process;
 pub mod server;
 pub mod worker;
@@ -136,6 +137,8 @@ struct WriterShared {
     progress: AtomicU64,
     /// Milliseconds from `opened` to the last frame written whole.
     written: AtomicU64,
+    /// The runtime it was started in, entered to write from a thread outside it.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 struct WriterState {
@@ -184,6 +187,7 @@ impl FrameWriter {
             opened: Instant::now(),
             progress: AtomicU64::new(0),
             written: AtomicU64::new(0),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         });
         let writer = FrameWriter { shared: shared.clone() };
         let task = async move {
@@ -212,7 +216,12 @@ impl FrameWriter {
             return false;
         }
         let mut at = 0;
-        if state.free() && tokio::runtime::Handle::try_current().is_ok() {
+        // A frame sent from a thread outside the runtime (an execution's log line or
+        // wait) is written in the runtime's context, as a call is: some streams need
+        // one (Tokio's stdout), and queueing it would wake the writer's task instead.
+        let outside = tokio::runtime::Handle::try_current().is_err();
+        let _context = outside.then(|| shared.runtime.as_ref().map(tokio::runtime::Handle::enter)).flatten();
+        if state.free() && (!outside || _context.is_some()) {
             let mut cx = Context::from_waker(Waker::noop());
             while at < frame.len() {
                 let piece = &frame[at..frame.len().min(at + WRITE_PIECE)];
@@ -490,6 +499,19 @@ impl QuietStream {
         let writing = QuietStream { runtime, input: None, output: Some(output), room: None, socket, restore };
         reading.input = Some(watched(input, tokio::io::Interest::READABLE).ok()?);
         Some((reading, writing))
+    }
+}
+
+impl QuietStream {
+    /// This reading stream as an input that an execution waiting awake for its answer
+    /// reads too ([`lend`]); frames longer than `max_frame_bytes` are left to the reader.
+    pub(crate) fn lend(
+        mut self,
+        max_frame_bytes: usize,
+    ) -> std::io::Result<(Arc<lend::Input>, lend::Reader)> {
+        let watched = self.input.take().ok_or_else(not_this_way)?;
+        let file = watched.get_ref().try_clone()?;
+        Ok(lend::Input::new(file, watched, max_frame_bytes, self))
     }
 }
 
@@ -834,8 +856,9 @@ mod tests {
         assert_eq!(frame_length(&message, length - 1), None);
     }
 
-    /// Frames sent from several threads while the stream takes them at once, and while
-    /// it does not (a peer that reads late), arrive whole and each sender's in order.
+    /// Frames sent from several threads, in the runtime's context or not (an execution's
+    /// thread), while the stream takes them at once, and while it does not (a peer that
+    /// reads late), arrive whole and each sender's in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn frames_arrive_whole_and_in_order_written_at_once_or_queued() {
         use tokio::io::AsyncBufReadExt;
@@ -846,7 +869,7 @@ mod tests {
             .map(|sender| {
                 let (writer, runtime) = (writer.clone(), tokio::runtime::Handle::current());
                 std::thread::spawn(move || {
-                    let _runtime = runtime.enter();
+                    let _runtime = (sender != 2).then(|| runtime.enter());
                     for n in 0..300 {
                         // Some frames past a socket's buffer, so writes find no room.
                         let size = if n % 50 == 0 { 300_000 } else { 20 };

@@ -312,7 +312,10 @@ where
         && let Some((reading, writing)) = QuietStream::stdio()
     {
         drop((input, output));
-        return serve_with(executor, tokio::io::BufReader::new(reading), writing, options).await;
+        return match reading.lend(options.max_frame_bytes) {
+            Ok((lent, reader)) => serve_connection(executor, reader, writing, options, Some(lent)).await,
+            Err(e) => Err(format!("cannot read stdin: {e}")),
+        };
     }
     serve_with(executor, input, output, options).await
 }
@@ -350,9 +353,25 @@ async fn refuse<W: AsyncWrite + Unpin>(
 /// client goes are dropped, their engines disposed.
 pub async fn serve_with<R, W>(
     executor: Executor,
+    input: R,
+    output: W,
+    options: ServeOptions,
+) -> Result<(), String>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_connection(executor, input, output, options, None).await
+}
+
+/// [`serve_with`], and with `lent` (a worker's input, which `input` reads) each execution
+/// waiting awake for an answer reads the answers at the input's head itself.
+pub(crate) async fn serve_connection<R, W>(
+    executor: Executor,
     mut input: R,
     mut output: W,
     options: ServeOptions,
+    lent: Option<Arc<super::lend::Input>>,
 ) -> Result<(), String>
 where
     R: AsyncBufRead + Unpin,
@@ -560,6 +579,13 @@ where
                 let forwarder = (request.events && version >= 3)
                     .then(|| Arc::new(EventForwarder::new(execution, out.clone())));
                 let mut request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
+                if let Some(lent) = &lent {
+                    let (lent, waiting, fetch_waiting, out) =
+                        (lent.clone(), waiting.clone(), fetch_waiting.clone(), out.clone());
+                    request = request.read_answers_with(Arc::new(move || {
+                        lent.read_answers(|frame| deliver_answer(frame, &waiting, &fetch_waiting, &out));
+                    }));
+                }
                 if let Some(forwarder) = &forwarder {
                     let forwarder = forwarder.clone();
                     let forward = watch::forwarding(Arc::new(move |event: &Event| forwarder.forward(event)));
@@ -626,21 +652,10 @@ where
                 let _ = recorded.send(());
             }
             ClientMessage::Answer { execution, call, answer } => {
-                let pending = lock(&waiting).remove(&(execution, call));
-                if let Some(Pending { waiter, span, sent }) = pending {
-                    // The envelope's kind as its first key says (logged, never its value).
-                    let error = answer.trim_start().starts_with("{\"error\"");
-                    waiter.answer(answer);
-                    Pending::<String>::answered(span, sent, error);
-                }
+                answer_call(&waiting, execution, call, answer)
             }
             ClientMessage::FetchAnswer { execution, call, answer } => {
-                let pending = lock(&fetch_waiting).remove(&(execution, call));
-                if let Some(Pending { waiter, span, sent }) = pending {
-                    let error = matches!(answer, FetchAnswer::Refused { .. });
-                    waiter.answer(answer);
-                    Pending::<FetchAnswer>::answered(span, sent, error);
-                }
+                answer_fetch(&fetch_waiting, execution, call, answer);
             }
             ClientMessage::Cancel { execution } => {
                 if let Some(task) = lock(&running).remove(&execution) {
@@ -676,6 +691,47 @@ where
     out.close();
     super::give_back_memory();
     result
+}
+
+/// Deliver a call's answer to whoever waits for it (nobody, once its execution ended).
+fn answer_call(waiting: &Waiting, execution: u64, call: u64, answer: String) {
+    let pending = lock(waiting).remove(&(execution, call));
+    if let Some(Pending { waiter, span, sent }) = pending {
+        // The envelope's kind as its first key says (logged, never its value).
+        let error = answer.trim_start().starts_with("{\"error\"");
+        waiter.answer(answer);
+        Pending::<String>::answered(span, sent, error);
+    }
+}
+
+fn answer_fetch(waiting: &FetchWaiting, execution: u64, call: u64, answer: FetchAnswer) {
+    let pending = lock(waiting).remove(&(execution, call));
+    if let Some(Pending { waiter, span, sent }) = pending {
+        let error = matches!(answer, FetchAnswer::Refused { .. });
+        waiter.answer(answer);
+        Pending::<FetchAnswer>::answered(span, sent, error);
+    }
+}
+
+/// A frame an execution read from a lent input ([`super::lend`]): delivered if it is an
+/// answer (`true`); anything else, a frame that does not parse included, is the
+/// connection's to read (`false`).
+fn deliver_answer(frame: &[u8], waiting: &Waiting, fetch_waiting: &FetchWaiting, out: &Outgoing) -> bool {
+    let Some(message) = std::str::from_utf8(frame)
+        .ok()
+        .and_then(|text| codemode_protocol::from_json_str::<ClientMessage>(text).ok())
+    else {
+        return false;
+    };
+    match message {
+        ClientMessage::Answer { execution, call, answer } => answer_call(waiting, execution, call, answer),
+        ClientMessage::FetchAnswer { execution, call, answer } => {
+            answer_fetch(fetch_waiting, execution, call, answer);
+        }
+        _ => return false,
+    }
+    out.touch();
+    true
 }
 
 async fn sleep_until(at: Option<tokio::time::Instant>) {

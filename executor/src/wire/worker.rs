@@ -51,7 +51,20 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
             return super::server::serve(executor, input, tokio::io::stdout()).await;
         }
         // Set up before the lock: it reads each descriptor's kind (fstat), refused after.
-        let stdio = super::QuietStream::stdio();
+        let options = super::server::ServeOptions {
+            hello_timeout: None,
+            idle_timeout: None,
+            send_timeout: None,
+            ..super::server::ServeOptions::default()
+        };
+        let stdio = match super::QuietStream::stdio() {
+            Some((reading, writing)) => {
+                let lent =
+                    reading.lend(options.max_frame_bytes).map_err(|e| format!("cannot read stdin: {e}"))?;
+                Some((lent, writing))
+            }
+            None => None,
+        };
         let warm = executor.execute(Request::new(WARM_UP)).await;
         if warm.error_text().is_some() {
             return Err(format!("the warm-up program failed: {}", warm.to_json_string()));
@@ -60,16 +73,9 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         // Which layers it holds, for the host's log (the host checks the ones it relies on
         // itself, from /proc).
         eprintln!("codemode stdio: confined: {}", layers.describe());
-        let options = super::server::ServeOptions {
-            hello_timeout: None,
-            idle_timeout: None,
-            send_timeout: None,
-            ..super::server::ServeOptions::default()
-        };
         match stdio {
-            Some((reading, writing)) => {
-                super::server::serve_with(executor, tokio::io::BufReader::new(reading), writing, options)
-                    .await
+            Some(((lent, reader), writing)) => {
+                super::server::serve_connection(executor, reader, writing, options, Some(lent)).await
             }
             None => {
                 let input = tokio::io::BufReader::new(tokio::io::stdin());

@@ -1,0 +1,428 @@
+//! A worker's input, lent to the execution waiting awake for its call's answer.
+//!
+//! Under process isolation the host's answer used to reach the execution through the
+//! connection's reader: a thread asleep in `epoll`, which the kernel wakes on an idle,
+//! halted CPU, about 20 µs later on a VM (docs/performance.md, "The execution reads its
+//! own answers"). So while an execution waits awake for an answer (`runtime::spin`), it
+//! reads the input itself and takes the answers at its head ([`Input::read_answers`]);
+//! any other frame (an execute, a cancel, a ping), and all after it, is left to the
+//! reader.
+//!
+//! One order for every frame: bytes go from the descriptor into one buffer under a lock.
+//! The connection's reader ([`Reader`]) takes whole frames from it; the execution reads
+//! only while the reader is parked holding nothing (no frame taken and still to be
+//! handled, no part of one), so frames are handled in the order they came, by whoever
+//! handles them.
+
+use std::io::{ErrorKind, Read};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncBufRead, AsyncRead, ReadBuf};
+
+/// Bytes asked of the descriptor at a time.
+const READ_BYTES: usize = 64 << 10;
+
+/// The input both sides read: a non-blocking descriptor and what was read of it.
+pub(crate) struct Input {
+    file: std::fs::File,
+    /// A frame is its JSON without the newline; one longer is left to the reader, which
+    /// refuses it.
+    max_frame_bytes: usize,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Read and not yet taken: `bytes[start..filled]`; the rest is room for the next read.
+    bytes: Vec<u8>,
+    start: usize,
+    filled: usize,
+    /// Where the last whole frame read ends (at most `start`: none).
+    whole: usize,
+    /// The reader found nothing and waits for the descriptor (or for `waker`).
+    parked: bool,
+    /// The reader took part of a frame (one past the bound) and skips the rest.
+    partial: bool,
+    waker: Option<Waker>,
+    /// The descriptor read its end.
+    end: bool,
+    /// The reader is gone, and the descriptor may be blocking again: nobody reads it.
+    closed: bool,
+    failed: Option<std::io::Error>,
+}
+
+impl State {
+    fn unread(&self) -> &[u8] {
+        &self.bytes[self.start..self.filled]
+    }
+
+    /// Read once from `file` into the room after what is unread (its end sets `end`).
+    fn fill(&mut self, mut file: &std::fs::File) -> std::io::Result<()> {
+        if self.start == self.filled {
+            (self.start, self.filled, self.whole) = (0, 0, 0);
+            // A large frame's room is given back once it is taken.
+            if self.bytes.len() > 4 * READ_BYTES {
+                self.bytes = Vec::new();
+            }
+        } else if self.start > 0 && self.bytes.len() - self.filled < READ_BYTES {
+            self.bytes.copy_within(self.start..self.filled, 0);
+            self.filled -= self.start;
+            self.whole = self.whole.saturating_sub(self.start);
+            self.start = 0;
+        }
+        if self.bytes.len() - self.filled < READ_BYTES {
+            self.bytes.resize(self.filled + READ_BYTES, 0);
+        }
+        let n = file.read(&mut self.bytes[self.filled..])?;
+        if n == 0 {
+            self.end = true;
+        } else if let Some(last) = self.bytes[self.filled..self.filled + n].iter().rposition(|&b| b == b'\n')
+        {
+            self.whole = self.filled + last + 1;
+        }
+        self.filled += n;
+        Ok(())
+    }
+
+    /// The frame at the head, its newline included, if it is whole.
+    fn head(&self) -> Option<&[u8]> {
+        if self.whole <= self.start {
+            return None;
+        }
+        let unread = &self.bytes[self.start..self.whole];
+        let end = unread.iter().position(|&b| b == b'\n')?;
+        Some(&unread[..=end])
+    }
+
+    /// Leave what is unread to the reader, and wake it.
+    fn hand_back(&mut self) {
+        self.parked = false;
+        if let Some(waker) = self.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Input {
+    /// `file`, non-blocking, read by a [`Reader`] watching `watched` (the same open pipe
+    /// or socket) and by whoever calls [`Input::read_answers`]; `stream` is what it came
+    /// from, held until the reader is dropped (it puts the descriptor's flags back).
+    pub(crate) fn new(
+        file: std::fs::File,
+        watched: AsyncFd<std::fs::File>,
+        max_frame_bytes: usize,
+        stream: super::QuietStream,
+    ) -> (Arc<Input>, Reader) {
+        let input = Arc::new(Input { file, max_frame_bytes, state: Mutex::default() });
+        let reader = Reader { input: input.clone(), watched, taken: Vec::new(), at: 0, _stream: stream };
+        (input, reader)
+    }
+
+    /// While the reader is parked, give each whole frame at the input's head to `answer`,
+    /// read once from the descriptor, and give it those that read completed. `answer`
+    /// returns `false` for a frame it does not take (anything but an answer), which is left
+    /// with all after it to the reader. Never waits: if the reader holds the lock, it returns.
+    pub(crate) fn read_answers(&self, mut answer: impl FnMut(&[u8]) -> bool) {
+        let Ok(mut state) = self.state.try_lock() else { return };
+        if state.closed || !state.parked || state.partial {
+            return;
+        }
+        for read in [true, false] {
+            while let Some(frame) = state.head() {
+                let length = frame.len();
+                if length - 1 > self.max_frame_bytes || !answer(frame) {
+                    state.hand_back();
+                    return;
+                }
+                state.start += length;
+            }
+            if !read {
+                return;
+            }
+            if state.end || state.failed.is_some() || state.unread().len() > self.max_frame_bytes {
+                state.hand_back();
+                return;
+            }
+            match state.fill(&self.file) {
+                Ok(()) if state.end => {
+                    state.hand_back();
+                    return;
+                }
+                Ok(()) => {}
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::Interrupted) => return,
+                Err(e) => {
+                    state.failed = Some(e);
+                    state.hand_back();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The connection's side: whole frames from the shared buffer, read from the descriptor
+/// when it has none.
+pub(crate) struct Reader {
+    input: Arc<Input>,
+    /// The descriptor, registered with the async runtime for readiness.
+    watched: AsyncFd<std::fs::File>,
+    /// Frames taken and not yet consumed: `taken[at..]`.
+    taken: Vec<u8>,
+    at: usize,
+    /// Dropped after `watched` (fields drop in order).
+    _stream: super::QuietStream,
+}
+
+impl Reader {
+    /// Move into `taken` what the reader may have of `state`: its whole frames; all of it at
+    /// the end; a part of a frame past the bound (which the frame reader refuses).
+    fn take(input: &Input, state: &mut State, taken: &mut Vec<u8>) -> bool {
+        let unread = state.unread().len();
+        let to = if state.whole > state.start {
+            state.whole
+        } else if unread > 0 && (state.end || unread > input.max_frame_bytes) {
+            state.filled
+        } else {
+            return false;
+        };
+        taken.extend_from_slice(&state.bytes[state.start..to]);
+        state.start = to;
+        state.partial = taken.last() != Some(&b'\n');
+        true
+    }
+}
+
+impl AsyncBufRead for Reader {
+    fn poll_fill_buf(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<&[u8]>> {
+        let this = self.get_mut();
+        if this.at < this.taken.len() {
+            return Poll::Ready(Ok(&this.taken[this.at..]));
+        }
+        this.taken.clear();
+        this.at = 0;
+        let mut state = lock(&this.input.state);
+        state.parked = false;
+        loop {
+            if Reader::take(&this.input, &mut state, &mut this.taken) {
+                return Poll::Ready(Ok(&this.taken));
+            }
+            if let Some(failed) = state.failed.take() {
+                return Poll::Ready(Err(failed));
+            }
+            if state.end {
+                return Poll::Ready(Ok(&[]));
+            }
+            let mut ready = match this.watched.poll_read_ready(cx) {
+                Poll::Ready(ready) => ready?,
+                Poll::Pending => {
+                    // Parked: the execution may read until the descriptor wakes this.
+                    state.parked = true;
+                    state.waker = Some(cx.waker().clone());
+                    return Poll::Pending;
+                }
+            };
+            match ready.try_io(|_| state.fill(&this.input.file)) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) if e.kind() == ErrorKind::Interrupted => {}
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                // Readiness cleared: the next turn registers for the next.
+                Err(_would_block) => {}
+            }
+        }
+    }
+
+    fn consume(self: Pin<&mut Self>, amount: usize) {
+        let this = self.get_mut();
+        this.at = (this.at + amount).min(this.taken.len());
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // Before `_stream` puts the descriptor's flags back: a read then could block.
+        lock(&self.input.state).closed = true;
+    }
+}
+
+impl AsyncRead for Reader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let available = std::task::ready!(self.as_mut().poll_fill_buf(cx))?;
+        let n = available.len().min(buf.remaining());
+        buf.put_slice(&available[..n]);
+        self.consume(n);
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+
+    use super::{Input, Reader};
+    use crate::wire::{FrameError, FrameReader, QuietStream};
+
+    /// A lent input over one end of a socket pair, and the other end to write to.
+    fn lent(max_frame_bytes: usize) -> (Arc<Input>, Reader, UnixStream) {
+        let (near, far) = UnixStream::pair().unwrap();
+        let (input, reader) = QuietStream::unix(near).unwrap().lend(max_frame_bytes).unwrap();
+        (input, reader, far)
+    }
+
+    /// Let the reader find nothing and park, as a connection's reader between frames.
+    async fn park(reader: &mut Reader) {
+        let found = tokio::time::timeout(Duration::from_millis(20), reader.fill_buf()).await;
+        assert!(
+            found.is_err(),
+            "the reader found something to read: {:?}",
+            found.map(|r| r.map(<[u8]>::to_vec))
+        );
+    }
+
+    /// What `read_answers` takes, answers being the frames that start with `A`.
+    fn read_answers(input: &Input) -> Vec<String> {
+        let mut taken = Vec::new();
+        input.read_answers(|frame| {
+            let answer = frame.starts_with(b"A");
+            if answer {
+                taken.push(String::from_utf8(frame.to_vec()).unwrap());
+            }
+            answer
+        });
+        taken
+    }
+
+    /// Written to the far end, and given time to arrive at the near one.
+    async fn send(far: &mut UnixStream, bytes: &str) {
+        far.write_all(bytes.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    async fn read_line(reader: &mut Reader) -> String {
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(10), reader.read_line(&mut line)).await.unwrap().unwrap();
+        line
+    }
+
+    #[tokio::test]
+    async fn the_answers_at_the_head_are_taken_and_the_rest_left_to_the_reader_in_order() {
+        let (input, mut reader, mut far) = lent(1024);
+        park(&mut reader).await;
+        send(&mut far, "A1\nA2\nX3\nA4\n").await;
+        assert_eq!(read_answers(&input), ["A1\n", "A2\n"]);
+        // The frame that is not an answer stops it: it and the answer after it are the reader's.
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        assert_eq!(read_line(&mut reader).await, "X3\n");
+        assert_eq!(read_answers(&input), Vec::<String>::new(), "the reader holds frames: nothing is taken");
+        assert_eq!(read_line(&mut reader).await, "A4\n");
+    }
+
+    #[tokio::test]
+    async fn nothing_is_taken_while_the_reader_reads() {
+        let (input, mut reader, mut far) = lent(1024);
+        send(&mut far, "A1\n").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new(), "the reader has not parked yet");
+        assert_eq!(read_line(&mut reader).await, "A1\n");
+    }
+
+    #[tokio::test]
+    async fn a_frame_split_across_reads_is_taken_whole() {
+        let (input, mut reader, mut far) = lent(1024);
+        park(&mut reader).await;
+        send(&mut far, "A-first-").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        send(&mut far, "half\nA-next\n").await;
+        assert_eq!(read_answers(&input), ["A-first-half\n", "A-next\n"]);
+        send(&mut far, "X-for-the-").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        send(&mut far, "reader\n").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        assert_eq!(read_line(&mut reader).await, "X-for-the-reader\n");
+    }
+
+    #[tokio::test]
+    async fn the_end_read_while_the_reader_is_parked_reaches_it() {
+        let (input, mut reader, mut far) = lent(1024);
+        park(&mut reader).await;
+        send(&mut far, "A1\nX-last-without-newline").await;
+        drop(far);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert_eq!(read_answers(&input), ["A1\n"]);
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        assert_eq!(read_line(&mut reader).await, "X-last-without-newline");
+        assert_eq!(read_line(&mut reader).await, "", "then the end");
+    }
+
+    #[tokio::test]
+    async fn a_frame_past_the_bound_is_left_to_the_reader_which_refuses_it() {
+        let (input, mut reader, mut far) = lent(16);
+        park(&mut reader).await;
+        send(&mut far, &format!("A{}\n", "x".repeat(40))).await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        let mut frames = FrameReader::new(16);
+        let refused = frames.next::<_, serde_json::Value>(&mut reader).await;
+        assert!(matches!(refused, Err(FrameError::TooLarge { max: 16, .. })), "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn nothing_is_read_once_the_reader_is_gone() {
+        let (input, mut reader, mut far) = lent(1024);
+        park(&mut reader).await;
+        drop(reader);
+        send(&mut far, "A1\n").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+    }
+
+    /// The reader on the runtime's threads and an execution's thread race for each pair of
+    /// frames: whoever takes the answer, each frame is seen once, in order, and the frame
+    /// handed back reaches the reader.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn frames_raced_for_arrive_once_and_in_order() {
+        let (input, mut reader, mut far) = lent(1024);
+        let (lines, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let reading = tokio::spawn(async move {
+            loop {
+                let line = read_line(&mut reader).await;
+                if line.is_empty() || lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        for n in 0..200 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            far.write_all(format!("A{n}\nX{n}\n").as_bytes()).await.unwrap();
+            let mut taken = Vec::new();
+            // Until the reader took the frames or the execution took the answer.
+            for _ in 0..1000 {
+                taken = read_answers(&input);
+                if !taken.is_empty() {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            let mut seen: Vec<String> = taken;
+            while seen.last().is_none_or(|last| !last.starts_with('X')) {
+                let line =
+                    tokio::time::timeout(Duration::from_secs(10), heard.recv()).await.unwrap().unwrap();
+                seen.push(line);
+            }
+            assert_eq!(seen, [format!("A{n}\n"), format!("X{n}\n")], "each frame once, in order");
+        }
+        drop(far);
+        reading.await.unwrap();
+    }
+}
