@@ -8,6 +8,7 @@
 //! ([`crate::wire::server`]).
 
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -23,7 +24,8 @@ use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 use crate::Executor;
 use crate::tls::Acceptor as TlsAcceptor;
 pub use crate::tls::{RemoteTls, TlsFiles};
-use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_with};
+use crate::wire::QuietStream;
+use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_connection, serve_with};
 
 /// Connections open at once by default (authenticated or not).
 pub const MAX_CONNECTIONS: usize = 256;
@@ -376,11 +378,20 @@ impl Daemon {
                 _ => None,
             };
             match (stream, tls) {
+                // Read and written directly, its input lent to an execution waiting awake for an
+                // answer (`wire::lend`); as any stream when the copies of its descriptor that
+                // takes cannot be made (out of descriptors).
                 (Accepted::Unix(stream), _) => {
-                    spawn_connection(executor, stream, options, connection, peer, slot)
+                    match QuietStream::lend_socket(stream.as_fd(), options.max_frame_bytes) {
+                        Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
+                        Err(_) => spawn_connection(executor, stream, options, connection, peer, slot),
+                    }
                 }
                 (Accepted::Tcp(stream, _), None) => {
-                    spawn_connection(executor, stream, options, connection, peer, slot)
+                    match QuietStream::lend_socket(stream.as_fd(), options.max_frame_bytes) {
+                        Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
+                        Err(_) => spawn_connection(executor, stream, options, connection, peer, slot),
+                    }
                 }
                 (Accepted::Tcp(stream, peer), Some(acceptor)) => {
                     tokio::spawn(async move {
@@ -542,6 +553,32 @@ fn spawn_connection<S>(
         .instrument(span),
     );
 }
+
+/// [`spawn_connection`] for a socket whose input is lent ([`QuietStream::lend_socket`]).
+fn spawn_lent(
+    executor: Executor,
+    ((lent, reader), writing): LentSocket,
+    options: ServeOptions,
+    connection: u64,
+    peer: String,
+    slot: Slot,
+) {
+    let span = tracing::info_span!("connection", id = connection, peer);
+    tokio::spawn(
+        async move {
+            let _slot = slot;
+            tracing::info!("connection opened");
+            match serve_connection(executor, reader, writing, options, Some(lent)).await {
+                Ok(()) => tracing::info!("connection closed"),
+                Err(problem) => tracing::info!(error = problem, "connection closed"),
+            }
+        }
+        .instrument(span),
+    );
+}
+
+/// A socket's lent input, its reader, and the stream writing to it.
+type LentSocket = ((Arc<crate::wire::lend::Input>, crate::wire::lend::Reader), QuietStream);
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
 /// restricted, then renamed into place, so it is never reachable with wider permissions.

@@ -44,7 +44,7 @@ struct State {
     whole: usize,
     /// The reader found nothing and waits for the descriptor (or for `waker`).
     parked: bool,
-    /// The reader took part of a frame (one past the bound) and skips the rest.
+    /// The reader took part of a frame: the rest is its to read.
     partial: bool,
     waker: Option<Waker>,
     /// The descriptor read its end.
@@ -111,18 +111,21 @@ fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
 }
 
 impl Input {
-    /// `file`, non-blocking, read by a [`Reader`] watching `watched` (the same open pipe
-    /// or socket) and by whoever calls [`Input::read_answers`]; `stream` is what it came
-    /// from, held until the reader is dropped (it puts the descriptor's flags back).
+    /// `file`, non-blocking, read by the returned [`Reader`] (which registers it with the
+    /// current runtime) and by whoever calls [`Input::read_answers`]; `stream` is what it
+    /// came from, held until the reader is dropped (it puts the descriptor's flags back).
     pub(crate) fn new(
         file: std::fs::File,
-        watched: AsyncFd<std::fs::File>,
         max_frame_bytes: usize,
-        stream: super::QuietStream,
-    ) -> (Arc<Input>, Reader) {
+        stream: Option<super::QuietStream>,
+    ) -> std::io::Result<(Arc<Input>, Reader)> {
         let input = Arc::new(Input { file, max_frame_bytes, state: Mutex::default() });
-        let reader = Reader { input: input.clone(), watched, taken: Vec::new(), at: 0, _stream: stream };
-        (input, reader)
+        // SAFETY: `Descriptor` holds the input, which owns the descriptor: it stays open,
+        // the same, and reports the same number until the `AsyncFd` is dropped.
+        let watched = unsafe {
+            AsyncFd::register_with_interest(Descriptor(input.clone()), tokio::io::Interest::READABLE)
+        }?;
+        Ok((input.clone(), Reader { input, watched, taken: Vec::new(), at: 0, _stream: stream }))
     }
 
     /// While the reader is parked, give each whole frame at the input's head to `answer`,
@@ -167,27 +170,36 @@ impl Input {
     }
 }
 
+/// The input's descriptor as the async runtime watches it: open while the input is.
+struct Descriptor(Arc<Input>);
+
+impl std::os::fd::AsRawFd for Descriptor {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0.file.as_raw_fd()
+    }
+}
+
 /// The connection's side: whole frames from the shared buffer, read from the descriptor
 /// when it has none.
 pub(crate) struct Reader {
     input: Arc<Input>,
     /// The descriptor, registered with the async runtime for readiness.
-    watched: AsyncFd<std::fs::File>,
+    watched: AsyncFd<Descriptor>,
     /// Frames taken and not yet consumed: `taken[at..]`.
     taken: Vec<u8>,
     at: usize,
     /// Dropped after `watched` (fields drop in order).
-    _stream: super::QuietStream,
+    _stream: Option<super::QuietStream>,
 }
 
 impl Reader {
-    /// Move into `taken` what the reader may have of `state`: its whole frames; all of it at
-    /// the end; a part of a frame past the bound (which the frame reader refuses).
-    fn take(input: &Input, state: &mut State, taken: &mut Vec<u8>) -> bool {
-        let unread = state.unread().len();
+    /// Move into `taken` what the reader may have of `state`: its whole frames, or if there
+    /// are none the part of one read so far, so the frame reader holds each frame to its
+    /// bound as it arrives (a hello's is smaller than a frame's).
+    fn take(state: &mut State, taken: &mut Vec<u8>) -> bool {
         let to = if state.whole > state.start {
             state.whole
-        } else if unread > 0 && (state.end || unread > input.max_frame_bytes) {
+        } else if state.filled > state.start {
             state.filled
         } else {
             return false;
@@ -210,7 +222,7 @@ impl AsyncBufRead for Reader {
         let mut state = lock(&this.input.state);
         state.parked = false;
         loop {
-            if Reader::take(&this.input, &mut state, &mut this.taken) {
+            if Reader::take(&mut state, &mut this.taken) {
                 return Poll::Ready(Ok(&this.taken));
             }
             if let Some(failed) = state.failed.take() {
@@ -373,6 +385,17 @@ mod tests {
         park(&mut reader).await;
         send(&mut far, &format!("A{}\n", "x".repeat(40))).await;
         assert_eq!(read_answers(&input), Vec::<String>::new());
+        let mut frames = FrameReader::new(16);
+        let refused = frames.next::<_, serde_json::Value>(&mut reader).await;
+        assert!(matches!(refused, Err(FrameError::TooLarge { max: 16, .. })), "{refused:?}");
+    }
+
+    /// The frame reader refuses a frame past its bound as the bytes come, though the input
+    /// would hold more (a connection's hello is bounded far below a frame).
+    #[tokio::test]
+    async fn the_part_of_a_frame_read_so_far_is_the_readers() {
+        let (_input, mut reader, mut far) = lent(1 << 20);
+        send(&mut far, &"x".repeat(100)).await;
         let mut frames = FrameReader::new(16);
         let refused = frames.next::<_, serde_json::Value>(&mut reader).await;
         assert!(matches!(refused, Err(FrameError::TooLarge { max: 16, .. })), "{refused:?}");

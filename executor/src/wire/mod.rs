@@ -458,6 +458,26 @@ impl QuietStream {
         })
     }
 
+    /// A connected socket (Unix or TCP, non-blocking) as a lent input ([`lend`]) and a
+    /// stream writing to it, each on a copy of `socket`'s descriptor.
+    pub(crate) fn lend_socket(
+        socket: std::os::fd::BorrowedFd<'_>,
+        max_frame_bytes: usize,
+    ) -> std::io::Result<((Arc<lend::Input>, lend::Reader), QuietStream)> {
+        let input = std::fs::File::from(socket.try_clone_to_owned()?);
+        let output = input.try_clone()?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+        let writing = QuietStream {
+            runtime,
+            input: None,
+            output: Some(output),
+            room: None,
+            socket: true,
+            restore: Vec::new(),
+        };
+        Ok((lend::Input::new(input, max_frame_bytes, None)?, writing))
+    }
+
     /// This process's stdin and stdout, when both are pipes or sockets (a terminal or a
     /// file is shared with others and left as it is: `None`). Their flags are put back
     /// when the streams are dropped.
@@ -509,9 +529,8 @@ impl QuietStream {
         mut self,
         max_frame_bytes: usize,
     ) -> std::io::Result<(Arc<lend::Input>, lend::Reader)> {
-        let watched = self.input.take().ok_or_else(not_this_way)?;
-        let file = watched.get_ref().try_clone()?;
-        Ok(lend::Input::new(file, watched, max_frame_bytes, self))
+        let file = self.input.take().ok_or_else(not_this_way)?.into_inner();
+        lend::Input::new(file, max_frame_bytes, Some(self))
     }
 }
 
