@@ -274,6 +274,69 @@ async fn a_host_that_disconnects_mid_call_leaves_no_engine_behind() {
     }
 }
 
+/// Frames that arrive together while executions wait awake for their answers (the
+/// longest spin, so the waiting thread likely reads them itself: `wire::lend`) are each
+/// handled once and in order, whoever reads them: answers out of order, for another
+/// execution, one twice, with a ping between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frames_arriving_while_executions_wait_awake_are_each_handled_once() {
+    let executor =
+        Executor::new(ExecutorConfig { answer_spin: Duration::from_millis(1), ..Default::default() });
+    let path = temp("sock");
+    start(config(Address::Unix(path.clone())), executor).await;
+    let mut raw = Raw::connect(&path).await;
+    raw.send(r#"{"type":"hello","protocol":"codemode","version":2}"#).await;
+    assert_eq!(raw.next().await.unwrap(), r#"{"type":"hello","protocol":"codemode","version":2}"#);
+    const STORE: &str = r#""providers":[{"name":"store","tools":["find"]}],"dispatch":true"#;
+    for round in 0..20 {
+        let (one, two) = (2 * round + 1, 2 * round + 2);
+        raw.send(&format!(
+            r#"{{"type":"execute","execution":{one},"request":{{"code":"async () => Promise.all([store.find(1), store.find(2)])",{STORE}}}}}"#
+        ))
+        .await;
+        raw.send(&format!(r#"{{"type":"execute","execution":{two},"request":{{"code":"async () => store.find(3)",{STORE}}}}}"#))
+            .await;
+        let mut calls = vec![raw.next().await.unwrap(), raw.next().await.unwrap(), raw.next().await.unwrap()];
+        calls.sort();
+        let mut expected = vec![
+            format!(
+                r#"{{"type":"call","execution":{one},"call":1,"provider":"store","tool":"find","argsJson":"[1]"}}"#
+            ),
+            format!(
+                r#"{{"type":"call","execution":{one},"call":2,"provider":"store","tool":"find","argsJson":"[2]"}}"#
+            ),
+            format!(
+                r#"{{"type":"call","execution":{two},"call":1,"provider":"store","tool":"find","argsJson":"[3]"}}"#
+            ),
+        ];
+        expected.sort();
+        assert_eq!(calls, expected);
+        let answer = |execution: u64, call: u64, value: &str| {
+            format!(
+                r#"{{"type":"answer","execution":{execution},"call":{call},"answer":"{{\"result\":\"{value}\"}}"}}"#
+            )
+        };
+        let together = [
+            answer(one, 2, "b"),
+            format!(r#"{{"type":"ping","id":{round}}}"#),
+            answer(two, 1, "c"),
+            answer(one, 2, "again"),
+            answer(one, 1, "a"),
+        ]
+        .join("\n");
+        raw.send(&together).await;
+        let mut heard = vec![raw.next().await.unwrap(), raw.next().await.unwrap(), raw.next().await.unwrap()];
+        heard.sort();
+        let mut expected = vec![
+            format!(r#"{{"type":"pong","id":{round}}}"#),
+            format!(r#"{{"type":"outcome","execution":{one},"outcome":{{"result":["a","b"],"logs":[]}}}}"#),
+            format!(r#"{{"type":"outcome","execution":{two},"outcome":{{"result":"c","logs":[]}}}}"#),
+        ];
+        expected.sort();
+        assert_eq!(heard, expected, "round {round}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_oversized_frames_close_only_their_connection() {
     let path = temp("sock");
