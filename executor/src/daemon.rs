@@ -8,7 +8,6 @@
 //! ([`crate::wire::server`]).
 
 use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -24,8 +23,8 @@ use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 use crate::Executor;
 use crate::tls::Acceptor as TlsAcceptor;
 pub use crate::tls::{RemoteTls, TlsFiles};
-use crate::wire::QuietStream;
 use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_connection, serve_with};
+use crate::wire::{LentSocket, QuietStream};
 
 /// Connections open at once by default (authenticated or not).
 pub const MAX_CONNECTIONS: usize = 256;
@@ -379,18 +378,25 @@ impl Daemon {
             };
             match (stream, tls) {
                 // Read and written directly, its input lent to an execution waiting awake for an
-                // answer (`wire::lend`); as any stream when the copies of its descriptor that
-                // takes cannot be made (out of descriptors).
+                // answer (`wire::lend`); as any stream when that cannot be set up.
                 (Accepted::Unix(stream), _) => {
-                    match QuietStream::lend_socket(stream.as_fd(), options.max_frame_bytes) {
+                    match lend_socket(stream.into_std().map(Into::into), &options, connection) {
                         Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
-                        Err(_) => spawn_connection(executor, stream, options, connection, peer, slot),
+                        Err(Some(socket)) => match tokio::net::UnixStream::from_std(socket.into()) {
+                            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
+                            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
+                        },
+                        Err(None) => {}
                     }
                 }
                 (Accepted::Tcp(stream, _), None) => {
-                    match QuietStream::lend_socket(stream.as_fd(), options.max_frame_bytes) {
+                    match lend_socket(stream.into_std().map(Into::into), &options, connection) {
                         Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
-                        Err(_) => spawn_connection(executor, stream, options, connection, peer, slot),
+                        Err(Some(socket)) => match tokio::net::TcpStream::from_std(socket.into()) {
+                            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
+                            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
+                        },
+                        Err(None) => {}
                     }
                 }
                 (Accepted::Tcp(stream, peer), Some(acceptor)) => {
@@ -557,7 +563,7 @@ fn spawn_connection<S>(
 /// [`spawn_connection`] for a socket whose input is lent ([`QuietStream::lend_socket`]).
 fn spawn_lent(
     executor: Executor,
-    ((lent, reader), writing): LentSocket,
+    (lent, reader, writing): LentSocket,
     options: ServeOptions,
     connection: u64,
     peer: String,
@@ -577,8 +583,25 @@ fn spawn_lent(
     );
 }
 
-/// A socket's lent input, its reader, and the stream writing to it.
-type LentSocket = ((Arc<crate::wire::lend::Input>, crate::wire::lend::Reader), QuietStream);
+/// `socket` lent ([`QuietStream::lend_socket`]); `Err` with the socket to serve as any
+/// stream when that failed (logged), or `None` when even the socket was lost.
+fn lend_socket(
+    socket: std::io::Result<std::os::fd::OwnedFd>,
+    options: &ServeOptions,
+    connection: u64,
+) -> Result<LentSocket, Option<std::os::fd::OwnedFd>> {
+    let socket = match socket {
+        Ok(socket) => socket,
+        Err(e) => {
+            tracing::warn!(connection, error = %e, "connection dropped: its socket could not be taken over");
+            return Err(None);
+        }
+    };
+    QuietStream::lend_socket(socket, options.max_frame_bytes).map_err(|(e, socket)| {
+        tracing::warn!(connection, error = %e, "connection served without lending its input");
+        Some(socket)
+    })
+}
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
 /// restricted, then renamed into place, so it is never reachable with wider permissions.

@@ -1,12 +1,12 @@
-//! A worker's input, lent to the execution waiting awake for its call's answer.
+//! A connection's input, lent to the execution waiting awake for its call's answer.
 //!
-//! Under process isolation the host's answer used to reach the execution through the
-//! connection's reader: a thread asleep in `epoll`, which the kernel wakes on an idle,
-//! halted CPU, about 20 µs later on a VM (docs/performance.md, "The execution reads its
-//! own answers"). So while an execution waits awake for an answer (`runtime::spin`), it
-//! reads the input itself and takes the answers at its head ([`Input::read_answers`]);
-//! any other frame (an execute, a cancel, a ping), and all after it, is left to the
-//! reader.
+//! A worker's or a daemon's answer used to reach the execution through the connection's
+//! reader: a thread asleep in `epoll`, which the kernel wakes on an idle, halted CPU,
+//! about 20 µs later on a VM (docs/performance.md, "The execution reads its own
+//! answers"). So while an execution waits awake for an answer (`runtime::spin`), it reads
+//! the input itself and takes the small answers at its head ([`Input::read_answers`]);
+//! any other frame (an execute, a cancel, a ping, one larger than a read), and all after
+//! it, is left to the reader.
 //!
 //! One order for every frame: bytes go from the descriptor into one buffer under a lock.
 //! The connection's reader ([`Reader`]) takes whole frames from it; the execution reads
@@ -59,15 +59,20 @@ impl State {
         &self.bytes[self.start..self.filled]
     }
 
-    /// Read once from `file` into the room after what is unread (its end sets `end`).
-    fn fill(&mut self, mut file: &std::fs::File) -> std::io::Result<()> {
+    /// With nothing unread, start the buffer over, giving back a large frame's room.
+    fn reset_if_read(&mut self) {
         if self.start == self.filled {
             (self.start, self.filled, self.whole) = (0, 0, 0);
-            // A large frame's room is given back once it is taken.
             if self.bytes.len() > 4 * READ_BYTES {
                 self.bytes = Vec::new();
             }
-        } else if self.start > 0 && self.bytes.len() - self.filled < READ_BYTES {
+        }
+    }
+
+    /// Read once from `file` into the room after what is unread (its end sets `end`).
+    fn fill(&mut self, mut file: &std::fs::File) -> std::io::Result<()> {
+        self.reset_if_read();
+        if self.start > 0 && self.bytes.len() - self.filled < READ_BYTES {
             self.bytes.copy_within(self.start..self.filled, 0);
             self.filled -= self.start;
             self.whole = self.whole.saturating_sub(self.start);
@@ -131,16 +136,19 @@ impl Input {
     /// While the reader is parked, give each whole frame at the input's head to `answer`,
     /// read once from the descriptor, and give it those that read completed. `answer`
     /// returns `false` for a frame it does not take (anything but an answer), which is left
-    /// with all after it to the reader. Never waits: if the reader holds the lock, it returns.
+    /// with all after it to the reader, as is a frame longer than one read (or than the
+    /// frame bound): so a turn's work is bounded by a read's bytes. Never waits: if the
+    /// reader holds the lock, it returns.
     pub(crate) fn read_answers(&self, mut answer: impl FnMut(&[u8]) -> bool) {
         let Ok(mut state) = self.state.try_lock() else { return };
         if state.closed || !state.parked || state.partial {
             return;
         }
+        let most = self.max_frame_bytes.min(READ_BYTES);
         for read in [true, false] {
             while let Some(frame) = state.head() {
                 let length = frame.len();
-                if length - 1 > self.max_frame_bytes || !answer(frame) {
+                if length - 1 > most || !answer(frame) {
                     state.hand_back();
                     return;
                 }
@@ -149,7 +157,7 @@ impl Input {
             if !read {
                 return;
             }
-            if state.end || state.failed.is_some() || state.unread().len() > self.max_frame_bytes {
+            if state.end || state.failed.is_some() || state.unread().len() > most {
                 state.hand_back();
                 return;
             }
@@ -207,6 +215,7 @@ impl Reader {
         taken.extend_from_slice(&state.bytes[state.start..to]);
         state.start = to;
         state.partial = taken.last() != Some(&b'\n');
+        state.reset_if_read();
         true
     }
 }
@@ -218,6 +227,9 @@ impl AsyncBufRead for Reader {
             return Poll::Ready(Ok(&this.taken[this.at..]));
         }
         this.taken.clear();
+        if this.taken.capacity() > super::KEEP_LINE_CAPACITY {
+            this.taken = Vec::new();
+        }
         this.at = 0;
         let mut state = lock(&this.input.state);
         state.parked = false;
@@ -339,8 +351,46 @@ mod tests {
         // The frame that is not an answer stops it: it and the answer after it are the reader's.
         assert_eq!(read_answers(&input), Vec::<String>::new());
         assert_eq!(read_line(&mut reader).await, "X3\n");
-        assert_eq!(read_answers(&input), Vec::<String>::new(), "the reader holds frames: nothing is taken");
+        // The reader holds A4, not yet handled: an answer after it waits its turn.
+        send(&mut far, "A5\n").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new(), "the reader holds a frame: nothing is taken");
         assert_eq!(read_line(&mut reader).await, "A4\n");
+        assert_eq!(read_line(&mut reader).await, "A5\n");
+    }
+
+    /// While the reader holds the start of a frame, the rest of it is the reader's: an
+    /// execution reading on would take the tail as a frame of its own.
+    #[tokio::test]
+    async fn the_rest_of_a_frame_the_reader_began_is_the_readers() {
+        let (input, mut reader, mut far) = lent(1024);
+        send(&mut far, "X").await;
+        let begun = reader.fill_buf().await.unwrap().len();
+        assert_eq!(begun, 1);
+        reader.consume(begun);
+        park(&mut reader).await;
+        send(&mut far, "A-tail\nA1\n").await;
+        assert_eq!(read_answers(&input), Vec::<String>::new());
+        assert_eq!(read_line(&mut reader).await, "A-tail\n");
+        assert_eq!(read_line(&mut reader).await, "A1\n");
+    }
+
+    /// A frame longer than one read is the reader's, with all after it; what the execution
+    /// took before it and the buffer's reuse after it keep every frame whole and in order.
+    #[tokio::test]
+    async fn a_frame_longer_than_a_read_is_left_to_the_reader() {
+        let (input, mut reader, mut far) = lent(1 << 20);
+        let big = format!("A{}\n", "x".repeat(100 << 10));
+        for round in 0..3 {
+            park(&mut reader).await;
+            let (before, after) = (format!("A{round}-before\n"), format!("A{round}-after\n"));
+            far.write_all(format!("{before}{big}{after}").as_bytes()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let mut taken = read_answers(&input);
+            taken.extend(read_answers(&input));
+            assert_eq!(taken.as_slice(), std::slice::from_ref(&before), "round {round}");
+            assert_eq!(read_line(&mut reader).await, big);
+            assert_eq!(read_line(&mut reader).await, after);
+        }
     }
 
     #[tokio::test]
@@ -425,6 +475,7 @@ mod tests {
                 }
             }
         });
+        let mut taken_by_execution = 0;
         for n in 0..200 {
             tokio::time::sleep(Duration::from_millis(1)).await;
             far.write_all(format!("A{n}\nX{n}\n").as_bytes()).await.unwrap();
@@ -437,6 +488,7 @@ mod tests {
                 }
                 std::thread::yield_now();
             }
+            taken_by_execution += taken.len();
             let mut seen: Vec<String> = taken;
             while seen.last().is_none_or(|last| !last.starts_with('X')) {
                 let line =
@@ -447,5 +499,6 @@ mod tests {
         }
         drop(far);
         reading.await.unwrap();
+        assert!(taken_by_execution > 0, "the execution never took an answer: the race was not run");
     }
 }

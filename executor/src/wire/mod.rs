@@ -220,8 +220,8 @@ impl FrameWriter {
         // wait) is written in the runtime's context, as a call is: some streams need
         // one (Tokio's stdout), and queueing it would wake the writer's task instead.
         let outside = tokio::runtime::Handle::try_current().is_err();
-        let _context = outside.then(|| shared.runtime.as_ref().map(tokio::runtime::Handle::enter)).flatten();
-        if state.free() && (!outside || _context.is_some()) {
+        let entered = outside.then(|| shared.runtime.as_ref().map(tokio::runtime::Handle::enter)).flatten();
+        if state.free() && (!outside || entered.is_some()) {
             let mut cx = Context::from_waker(Waker::noop());
             while at < frame.len() {
                 let piece = &frame[at..frame.len().min(at + WRITE_PIECE)];
@@ -435,8 +435,8 @@ pub(crate) struct QuietStream {
     input: Option<tokio::io::unix::AsyncFd<std::fs::File>>,
     /// Written directly.
     output: Option<std::fs::File>,
-    /// A copy of `output` watched for room, only while writes find none.
-    room: Option<tokio::io::unix::AsyncFd<std::fs::File>>,
+    /// `output` watched for room, only while writes find none; dropped before `output`.
+    room: Option<tokio::io::unix::AsyncFd<Descriptor>>,
     /// Whether `output` is a socket (shut down for writing at the end; a pipe just closes).
     socket: bool,
     /// Status flags to put back on descriptors this process shares (stdin, stdout).
@@ -458,24 +458,36 @@ impl QuietStream {
         })
     }
 
-    /// A connected socket (Unix or TCP, non-blocking) as a lent input ([`lend`]) and a
-    /// stream writing to it, each on a copy of `socket`'s descriptor.
+    /// A connected socket (Unix or TCP, non-blocking) as a lent input ([`lend`]) and the
+    /// stream writing to it: the socket's descriptor writes, a copy of it is read. The
+    /// socket comes back with the error when the copy cannot be made (out of descriptors).
     pub(crate) fn lend_socket(
-        socket: std::os::fd::BorrowedFd<'_>,
+        socket: std::os::fd::OwnedFd,
         max_frame_bytes: usize,
-    ) -> std::io::Result<((Arc<lend::Input>, lend::Reader), QuietStream)> {
-        let input = std::fs::File::from(socket.try_clone_to_owned()?);
-        let output = input.try_clone()?;
-        let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
-        let writing = QuietStream {
-            runtime,
-            input: None,
-            output: Some(output),
-            room: None,
-            socket: true,
-            restore: Vec::new(),
+    ) -> Result<LentSocket, (std::io::Error, std::os::fd::OwnedFd)> {
+        let runtime = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime,
+            Err(e) => return Err((std::io::Error::other(e), socket)),
         };
-        Ok((lend::Input::new(input, max_frame_bytes, None)?, writing))
+        let input = match socket.try_clone() {
+            Ok(input) => std::fs::File::from(input),
+            Err(e) => return Err((e, socket)),
+        };
+        match lend::Input::new(input, max_frame_bytes, None) {
+            Ok((input, reader)) => {
+                let output = Some(std::fs::File::from(socket));
+                let writing = QuietStream {
+                    runtime,
+                    input: None,
+                    output,
+                    room: None,
+                    socket: true,
+                    restore: Vec::new(),
+                };
+                Ok((input, reader, writing))
+            }
+            Err(e) => Err((e, socket)),
+        }
     }
 
     /// This process's stdin and stdout, when both are pipes or sockets (a terminal or a
@@ -537,6 +549,8 @@ impl QuietStream {
 impl Drop for QuietStream {
     fn drop(&mut self) {
         use std::os::fd::AsRawFd;
+        // No longer watched before its descriptor closes (fields drop after this).
+        self.room = None;
         for (file, flags) in &self.restore {
             // SAFETY: fcntl on a descriptor owned here, no pointers.
             unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, *flags) };
@@ -552,6 +566,19 @@ fn watched(
     // SAFETY: a `File` owns its descriptor: it stays open, the same, and reports the
     // same number until it is dropped with the `AsyncFd`.
     Ok(unsafe { tokio::io::unix::AsyncFd::register_with_interest(file, interest) }?)
+}
+
+/// A socket lent ([`QuietStream::lend_socket`]): its input, the connection's reader of
+/// it, and the stream writing to it.
+pub(crate) type LentSocket = (Arc<lend::Input>, lend::Reader, QuietStream);
+
+/// A descriptor this stream owns elsewhere, as the runtime watches it.
+struct Descriptor(std::os::fd::RawFd);
+
+impl std::os::fd::AsRawFd for Descriptor {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.0
+    }
 }
 
 fn not_this_way() -> std::io::Error {
@@ -593,7 +620,19 @@ impl AsyncWrite for QuietStream {
         let this = self.get_mut();
         let Some(output) = &this.output else { return Poll::Ready(Err(not_this_way())) };
         loop {
-            match (&*output).write(buf) {
+            let written = if this.socket {
+                use std::os::fd::AsRawFd;
+                // SAFETY: `buf` is valid for its length; the descriptor is this stream's own.
+                // MSG_NOSIGNAL: a peer gone is an error here, not a SIGPIPE for a host that
+                // does not ignore it.
+                let n = unsafe {
+                    libc::send(output.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
+                };
+                usize::try_from(n).map_err(|_| std::io::Error::last_os_error())
+            } else {
+                (&*output).write(buf)
+            };
+            match written {
                 Ok(n) => {
                     if n == buf.len() {
                         this.room = None;
@@ -606,8 +645,19 @@ impl AsyncWrite for QuietStream {
             let room = match &mut this.room {
                 Some(room) => room,
                 None => {
+                    use std::os::fd::AsRawFd;
                     let _runtime = this.runtime.enter();
-                    this.room.insert(watched(output.try_clone()?, tokio::io::Interest::WRITABLE)?)
+                    let output = Descriptor(output.as_raw_fd());
+                    // SAFETY: `output` is this stream's own, open until the stream is
+                    // dropped, and `room` is dropped first (`Drop`), so the number is this
+                    // descriptor's for as long as the runtime watches it.
+                    let room = unsafe {
+                        tokio::io::unix::AsyncFd::register_with_interest(
+                            output,
+                            tokio::io::Interest::WRITABLE,
+                        )
+                    }?;
+                    this.room.insert(room)
                 }
             };
             // Cleared before the next try, so room made after it is not missed.

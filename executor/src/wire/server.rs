@@ -22,7 +22,8 @@
 //! within [`ServeOptions::hello_timeout`]; an idle one is closed after
 //! [`ServeOptions::idle_timeout`]; and messages wait for the client in a queue. While it
 //! holds [`ServeOptions::max_queued_bytes`] the connection reads nothing (so starts
-//! nothing) and outcomes wait for room; one that waited while the client read nothing
+//! nothing; an execution waiting awake on a lent input, `super::lend`, reads nothing
+//! either) and outcomes wait for room; one that waited while the client read nothing
 //! for [`ServeOptions::send_timeout`] is dropped for a short one
 //! ([`texts::CLIENT_NOT_READING`]). A run's `log` and `waiting` messages (version 3, for
 //! an execute that asked) are queued only while the queue holds less than half its bound
@@ -583,7 +584,11 @@ where
                     let (lent, waiting, fetch_waiting, out) =
                         (lent.clone(), waiting.clone(), fetch_waiting.clone(), out.clone());
                     request = request.read_answers_with(Arc::new(move || {
-                        lent.read_answers(|frame| deliver_answer(frame, &waiting, &fetch_waiting, &out));
+                        // A client that does not read is not read from (the loop's `full`):
+                        // its answers wait in the input, and the execution's next call with them.
+                        if !out.is_full() {
+                            lent.read_answers(|frame| deliver_answer(frame, &waiting, &fetch_waiting, &out));
+                        }
                     }));
                 }
                 if let Some(forwarder) = &forwarder {
@@ -713,10 +718,20 @@ fn answer_fetch(waiting: &FetchWaiting, execution: u64, call: u64, answer: Fetch
     }
 }
 
+/// How an answer's and a fetch's answer's frame begin as this crate writes them (pinned
+/// by a test against the protocol's serialization).
+const ANSWER_HEAD: &[u8] = br#"{"type":"answer","#;
+const FETCH_ANSWER_HEAD: &[u8] = br#"{"type":"fetchAnswer","#;
+
 /// A frame an execution read from a lent input ([`super::lend`]): delivered if it is an
 /// answer (`true`); anything else, a frame that does not parse included, is the
 /// connection's to read (`false`).
 fn deliver_answer(frame: &[u8], waiting: &Waiting, fetch_waiting: &FetchWaiting, out: &Outgoing) -> bool {
+    // Only a frame that says what it is first is parsed here (this server's peers write
+    // the type first); any other is the reader's, which parses it whatever its key order.
+    if !(frame.starts_with(ANSWER_HEAD) || frame.starts_with(FETCH_ANSWER_HEAD)) {
+        return false;
+    }
     let Some(message) = std::str::from_utf8(frame)
         .ok()
         .and_then(|text| codemode_protocol::from_json_str::<ClientMessage>(text).ok())
@@ -1094,5 +1109,25 @@ impl Outbound for WireOutbound {
                 }
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use codemode_protocol::wire::{ClientMessage, FetchAnswer};
+
+    use super::{ANSWER_HEAD, FETCH_ANSWER_HEAD};
+
+    /// An execution reading a lent input parses only frames that begin so: the heads must
+    /// be how the protocol writes an answer and a fetch's answer.
+    #[test]
+    fn the_answer_heads_are_the_protocols() {
+        let answer = ClientMessage::Answer { execution: 1, call: 2, answer: "{}".to_owned() };
+        let written = serde_json::to_vec(&answer).unwrap();
+        assert!(written.starts_with(ANSWER_HEAD), "{}", String::from_utf8_lossy(&written));
+        let refused = FetchAnswer::Refused { error: "no".to_owned() };
+        let fetch = ClientMessage::FetchAnswer { execution: 1, call: 2, answer: refused };
+        let written = serde_json::to_vec(&fetch).unwrap();
+        assert!(written.starts_with(FETCH_ANSWER_HEAD), "{}", String::from_utf8_lossy(&written));
     }
 }
