@@ -544,3 +544,38 @@ fn the_security_guide_lists_the_allowlist() {
         assert!(guide.contains(&row), "docs/security.md lacks the row {row}");
     }
 }
+
+/// A host may give a worker one end of a socket pair as its stdin and stdout (as Node's
+/// `'pipe'` stdio does): a confined worker serves it, writes with the calls its allowlist
+/// has, shuts its end down for writing when the host is done, and exits cleanly.
+#[test]
+fn a_confined_worker_on_a_socket_pair_serves_and_ends_cleanly() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let _one = ONE_AT_A_TIME.blocking_lock();
+    let (mut host, worker) = UnixStream::pair().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .arg("stdio")
+        .env(codemode_executor::confine::CONFINEMENT_VAR, "required")
+        .stdin(OwnedFd::from(worker.try_clone().unwrap()))
+        .stdout(OwnedFd::from(worker))
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    host.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut lines = BufReader::new(host.try_clone().unwrap()).lines();
+    writeln!(host, r#"{{"type":"hello","protocol":"codemode","version":1}}"#).unwrap();
+    assert_eq!(lines.next().unwrap().unwrap(), r#"{"type":"hello","protocol":"codemode","version":1}"#);
+    writeln!(host, r#"{{"type":"execute","execution":1,"request":{{"code":"async () => 6 * 7"}}}}"#).unwrap();
+    assert_eq!(
+        lines.next().unwrap().unwrap(),
+        r#"{"type":"outcome","execution":1,"outcome":{"result":42,"logs":[]}}"#
+    );
+    host.shutdown(std::net::Shutdown::Write).unwrap();
+    assert!(lines.next().is_none(), "the worker shuts its end down after the host's");
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status}: {stderr}");
+}

@@ -335,6 +335,9 @@ async fn frames_arriving_while_executions_wait_awake_are_each_handled_once() {
         expected.sort();
         assert_eq!(heard, expected, "round {round}");
     }
+    // Nothing more came: the next frame is the pong of a last ping.
+    raw.send(r#"{"type":"ping","id":1000}"#).await;
+    assert_eq!(raw.next().await.unwrap(), r#"{"type":"pong","id":1000}"#);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

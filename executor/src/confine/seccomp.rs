@@ -56,6 +56,7 @@ pub(crate) fn allowlist() -> Vec<Entry> {
         entry!(SYS_write, Any, "stdout (outcomes, calls) and the runtime's wakers"),
         entry!(SYS_readv, Any, "vectored reads of the same descriptors"),
         entry!(SYS_writev, Any, "vectored writes of the same descriptors"),
+        entry!(SYS_shutdown, Any, "a socket stdout shut down for writing at the end (a host's socket pair)"),
         entry!(SYS_close, Any, "descriptors the runtime opened before the lock"),
         entry!(SYS_fcntl, Any, "the runtime reads and sets its descriptors' flags"),
         entry!(SYS_epoll_wait, Any, "the async runtime's event loop"),

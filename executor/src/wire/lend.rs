@@ -383,13 +383,20 @@ mod tests {
         for round in 0..3 {
             park(&mut reader).await;
             let (before, after) = (format!("A{round}-before\n"), format!("A{round}-after\n"));
-            far.write_all(format!("{before}{big}{after}").as_bytes()).await.unwrap();
+            // Written by a task: it may not fit in the socket's buffer until the reader reads.
+            let bytes = format!("{before}{big}{after}");
+            let (mut writing, written) = (far, tokio::sync::oneshot::channel());
+            tokio::spawn(async move {
+                writing.write_all(bytes.as_bytes()).await.unwrap();
+                let _ = written.0.send(writing);
+            });
             tokio::time::sleep(Duration::from_millis(5)).await;
             let mut taken = read_answers(&input);
             taken.extend(read_answers(&input));
             assert_eq!(taken.as_slice(), std::slice::from_ref(&before), "round {round}");
             assert_eq!(read_line(&mut reader).await, big);
             assert_eq!(read_line(&mut reader).await, after);
+            far = written.1.await.unwrap();
         }
     }
 

@@ -439,6 +439,10 @@ pub(crate) struct QuietStream {
     room: Option<tokio::io::unix::AsyncFd<Descriptor>>,
     /// Whether `output` is a socket (shut down for writing at the end; a pipe just closes).
     socket: bool,
+    /// Written with `send(MSG_NOSIGNAL)`, so a peer gone is an error and not a `SIGPIPE`
+    /// for a host that does not ignore it: a connection's socket. Stdio is written with
+    /// `write`, the call a confined worker's allowlist has for it.
+    send: bool,
     /// Status flags to put back on descriptors this process shares (stdin, stdout).
     restore: Vec<(std::fs::File, libc::c_int)>,
 }
@@ -454,6 +458,7 @@ impl QuietStream {
             output: Some(output),
             room: None,
             socket: true,
+            send: true,
             restore: Vec::new(),
         })
     }
@@ -482,6 +487,7 @@ impl QuietStream {
                     output,
                     room: None,
                     socket: true,
+                    send: true,
                     restore: Vec::new(),
                 };
                 Ok((input, reader, writing))
@@ -525,10 +531,19 @@ impl QuietStream {
             output: None,
             room: None,
             socket: false,
+            send: false,
             restore: vec![non_blocking(&input)?],
         };
         let restore = vec![non_blocking(&output)?];
-        let writing = QuietStream { runtime, input: None, output: Some(output), room: None, socket, restore };
+        let writing = QuietStream {
+            runtime,
+            input: None,
+            output: Some(output),
+            room: None,
+            socket,
+            send: false,
+            restore,
+        };
         reading.input = Some(watched(input, tokio::io::Interest::READABLE).ok()?);
         Some((reading, writing))
     }
@@ -620,11 +635,9 @@ impl AsyncWrite for QuietStream {
         let this = self.get_mut();
         let Some(output) = &this.output else { return Poll::Ready(Err(not_this_way())) };
         loop {
-            let written = if this.socket {
+            let written = if this.send {
                 use std::os::fd::AsRawFd;
                 // SAFETY: `buf` is valid for its length; the descriptor is this stream's own.
-                // MSG_NOSIGNAL: a peer gone is an error here, not a SIGPIPE for a host that
-                // does not ignore it.
                 let n = unsafe {
                     libc::send(output.as_raw_fd(), buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL)
                 };
@@ -640,6 +653,7 @@ impl AsyncWrite for QuietStream {
                     return Poll::Ready(Ok(n));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(e) => return Poll::Ready(Err(e)),
             }
             let room = match &mut this.room {

@@ -587,7 +587,9 @@ where
                         // A client that does not read is not read from (the loop's `full`):
                         // its answers wait in the input, and the execution's next call with them.
                         if !out.is_full() {
-                            lent.read_answers(|frame| deliver_answer(frame, &waiting, &fetch_waiting, &out));
+                            lent.read_answers(|frame| {
+                                !out.is_full() && deliver_answer(frame, &waiting, &fetch_waiting, &out)
+                            });
                         }
                     }));
                 }
@@ -718,18 +720,26 @@ fn answer_fetch(waiting: &FetchWaiting, execution: u64, call: u64, answer: Fetch
     }
 }
 
-/// How an answer's and a fetch's answer's frame begin as this crate writes them (pinned
-/// by a test against the protocol's serialization).
-const ANSWER_HEAD: &[u8] = br#"{"type":"answer","#;
-const FETCH_ANSWER_HEAD: &[u8] = br#"{"type":"fetchAnswer","#;
+/// Whether `frame` says first that it is an answer or a fetch's answer (`{"type":"answer",`,
+/// whitespace allowed between the tokens): only such a frame is parsed on an execution's
+/// thread. A frame with its keys in another order is the reader's, which parses any.
+fn says_answer(frame: &[u8]) -> bool {
+    fn then<'a>(rest: &'a [u8], token: &[u8]) -> Option<&'a [u8]> {
+        rest.trim_ascii_start().strip_prefix(token)
+    }
+    let Some(kind) = then(frame, b"{").and_then(|r| then(r, br#""type""#)).and_then(|r| then(r, b":")) else {
+        return false;
+    };
+    [&br#""answer""#[..], br#""fetchAnswer""#]
+        .iter()
+        .any(|name| then(kind, name).and_then(|r| then(r, b",")).is_some())
+}
 
 /// A frame an execution read from a lent input ([`super::lend`]): delivered if it is an
 /// answer (`true`); anything else, a frame that does not parse included, is the
 /// connection's to read (`false`).
 fn deliver_answer(frame: &[u8], waiting: &Waiting, fetch_waiting: &FetchWaiting, out: &Outgoing) -> bool {
-    // Only a frame that says what it is first is parsed here (this server's peers write
-    // the type first); any other is the reader's, which parses it whatever its key order.
-    if !(frame.starts_with(ANSWER_HEAD) || frame.starts_with(FETCH_ANSWER_HEAD)) {
+    if !says_answer(frame) {
         return false;
     }
     let Some(message) = std::str::from_utf8(frame)
@@ -1116,18 +1126,28 @@ impl Outbound for WireOutbound {
 mod tests {
     use codemode_protocol::wire::{ClientMessage, FetchAnswer};
 
-    use super::{ANSWER_HEAD, FETCH_ANSWER_HEAD};
+    use super::says_answer;
 
-    /// An execution reading a lent input parses only frames that begin so: the heads must
-    /// be how the protocol writes an answer and a fetch's answer.
+    /// An execution reading a lent input parses only the frames that say first they are
+    /// answers: as the protocol writes them, and as a peer that spaces its JSON does.
     #[test]
-    fn the_answer_heads_are_the_protocols() {
+    fn an_answer_is_told_by_its_first_key() {
         let answer = ClientMessage::Answer { execution: 1, call: 2, answer: "{}".to_owned() };
         let written = serde_json::to_vec(&answer).unwrap();
-        assert!(written.starts_with(ANSWER_HEAD), "{}", String::from_utf8_lossy(&written));
+        assert!(says_answer(&written), "{}", String::from_utf8_lossy(&written));
         let refused = FetchAnswer::Refused { error: "no".to_owned() };
         let fetch = ClientMessage::FetchAnswer { execution: 1, call: 2, answer: refused };
         let written = serde_json::to_vec(&fetch).unwrap();
-        assert!(written.starts_with(FETCH_ANSWER_HEAD), "{}", String::from_utf8_lossy(&written));
+        assert!(says_answer(&written), "{}", String::from_utf8_lossy(&written));
+        assert!(says_answer(br#" { "type" : "answer" , "execution": 1, "call": 2, "answer": "{}"}"#));
+        for other in [
+            &br#"{"type":"cancel","execution":1}"#[..],
+            br#"{"type":"answerX","execution":1}"#,
+            br#"{"execution":1,"type":"answer","call":2,"answer":"{}"}"#,
+            br#"{"type":"answer"}"#,
+            b"",
+        ] {
+            assert!(!says_answer(other), "{}", String::from_utf8_lossy(other));
+        }
     }
 }
