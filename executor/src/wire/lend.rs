@@ -5,8 +5,8 @@
 //! about 20 µs later on a VM (docs/performance.md, "The execution reads its own
 //! answers"). So while an execution waits awake for an answer (`runtime::spin`), it reads
 //! the input itself and takes the small answers at its head ([`Input::read_answers`]);
-//! any other frame (an execute, a cancel, a ping, one larger than a read), and all after
-//! it, is left to the reader.
+//! any other frame (an execute, a cancel, a ping, a large one), and all after it, is
+//! left to the reader.
 //!
 //! One order for every frame: bytes go from the descriptor into one buffer under a lock.
 //! The connection's reader ([`Reader`]) takes whole frames from it; the execution reads
@@ -22,8 +22,13 @@ use std::task::{Context, Poll, Waker};
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncBufRead, AsyncRead, ReadBuf};
 
-/// Bytes asked of the descriptor at a time.
-const READ_BYTES: usize = 64 << 10;
+/// The buffer's first size, and the least room a read is given: a connection that is
+/// idle or sends small frames holds no more.
+const FIRST_ROOM: usize = 8 << 10;
+
+/// The longest frame an execution takes (a larger one is the reader's), and the size
+/// past which the buffer is given back once emptied.
+const SMALL_FRAME_BYTES: usize = 64 << 10;
 
 /// The input both sides read: a non-blocking descriptor and what was read of it.
 pub(crate) struct Input {
@@ -63,23 +68,25 @@ impl State {
     fn reset_if_read(&mut self) {
         if self.start == self.filled {
             (self.start, self.filled, self.whole) = (0, 0, 0);
-            if self.bytes.len() > 4 * READ_BYTES {
+            if self.bytes.len() > SMALL_FRAME_BYTES {
                 self.bytes = Vec::new();
             }
         }
     }
 
-    /// Read once from `file` into the room after what is unread (its end sets `end`).
+    /// Read once from `file` into the room after what is unread (its end sets `end`); the
+    /// buffer doubles while a frame outgrows it.
     fn fill(&mut self, mut file: &std::fs::File) -> std::io::Result<()> {
         self.reset_if_read();
-        if self.start > 0 && self.bytes.len() - self.filled < READ_BYTES {
+        if self.start > 0 && self.bytes.len() - self.filled < FIRST_ROOM {
             self.bytes.copy_within(self.start..self.filled, 0);
             self.filled -= self.start;
             self.whole = self.whole.saturating_sub(self.start);
             self.start = 0;
         }
-        if self.bytes.len() - self.filled < READ_BYTES {
-            self.bytes.resize(self.filled + READ_BYTES, 0);
+        if self.bytes.len() - self.filled < FIRST_ROOM {
+            let size = (self.filled + FIRST_ROOM).max(2 * self.bytes.len());
+            self.bytes.resize(size, 0);
         }
         let n = file.read(&mut self.bytes[self.filled..])?;
         if n == 0 {
@@ -136,15 +143,15 @@ impl Input {
     /// While the reader is parked, give each whole frame at the input's head to `answer`,
     /// read once from the descriptor, and give it those that read completed. `answer`
     /// returns `false` for a frame it does not take (anything but an answer), which is left
-    /// with all after it to the reader, as is a frame longer than one read (or than the
-    /// frame bound): so a turn's work is bounded by a read's bytes. Never waits: if the
-    /// reader holds the lock, it returns.
+    /// with all after it to the reader, as is a frame longer than [`SMALL_FRAME_BYTES`] (or
+    /// than the frame bound): so a turn's work is bounded. Never waits: if the reader holds
+    /// the lock, it returns.
     pub(crate) fn read_answers(&self, mut answer: impl FnMut(&[u8]) -> bool) {
         let Ok(mut state) = self.state.try_lock() else { return };
         if state.closed || !state.parked || state.partial {
             return;
         }
-        let most = self.max_frame_bytes.min(READ_BYTES);
+        let most = self.max_frame_bytes.min(SMALL_FRAME_BYTES);
         for read in [true, false] {
             while let Some(frame) = state.head() {
                 let length = frame.len();
@@ -374,10 +381,10 @@ mod tests {
         assert_eq!(read_line(&mut reader).await, "A1\n");
     }
 
-    /// A frame longer than one read is the reader's, with all after it; what the execution
-    /// took before it and the buffer's reuse after it keep every frame whole and in order.
+    /// A large frame is the reader's, with all after it; what the execution took before it,
+    /// the buffer's growth for it and its reuse after it keep every frame whole and in order.
     #[tokio::test]
-    async fn a_frame_longer_than_a_read_is_left_to_the_reader() {
+    async fn a_large_frame_is_left_to_the_reader() {
         let (input, mut reader, mut far) = lent(1 << 20);
         let big = format!("A{}\n", "x".repeat(100 << 10));
         for round in 0..3 {
@@ -391,8 +398,8 @@ mod tests {
                 let _ = written.0.send(writing);
             });
             tokio::time::sleep(Duration::from_millis(5)).await;
-            let mut taken = read_answers(&input);
-            taken.extend(read_answers(&input));
+            // As many turns as reading the whole of it would take.
+            let taken: Vec<String> = (0..50).flat_map(|_| read_answers(&input)).collect();
             assert_eq!(taken.as_slice(), std::slice::from_ref(&before), "round {round}");
             assert_eq!(read_line(&mut reader).await, big);
             assert_eq!(read_line(&mut reader).await, after);
