@@ -8,6 +8,7 @@
 //! ([`crate::wire::server`]).
 
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -377,27 +378,15 @@ impl Daemon {
                 _ => None,
             };
             match (stream, tls) {
-                // Read and written directly, its input lent to an execution waiting awake for an
-                // answer (`wire::lend`); as any stream when that cannot be set up.
                 (Accepted::Unix(stream), _) => {
-                    match lend_socket(stream.into_std().map(Into::into), &options, connection) {
-                        Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
-                        Err(Some(socket)) => match tokio::net::UnixStream::from_std(socket.into()) {
-                            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
-                            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
-                        },
-                        Err(None) => {}
-                    }
+                    let socket = stream.into_std().map(Into::into);
+                    let back = |socket: OwnedFd| tokio::net::UnixStream::from_std(socket.into());
+                    spawn_socket(executor, socket, back, options, connection, peer, slot);
                 }
                 (Accepted::Tcp(stream, _), None) => {
-                    match lend_socket(stream.into_std().map(Into::into), &options, connection) {
-                        Ok(lent) => spawn_lent(executor, lent, options, connection, peer, slot),
-                        Err(Some(socket)) => match tokio::net::TcpStream::from_std(socket.into()) {
-                            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
-                            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
-                        },
-                        Err(None) => {}
-                    }
+                    let socket = stream.into_std().map(Into::into);
+                    let back = |socket: OwnedFd| tokio::net::TcpStream::from_std(socket.into());
+                    spawn_socket(executor, socket, back, options, connection, peer, slot);
                 }
                 (Accepted::Tcp(stream, peer), Some(acceptor)) => {
                     tokio::spawn(async move {
@@ -545,36 +534,24 @@ fn spawn_connection<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let span = tracing::info_span!("connection", id = connection, peer);
-    tokio::spawn(
-        async move {
-            let _slot = slot;
-            tracing::info!("connection opened");
-            let (read, write) = tokio::io::split(stream);
-            match serve_with(executor, BufReader::new(read), write, options).await {
-                Ok(()) => tracing::info!("connection closed"),
-                Err(problem) => tracing::info!(error = problem, "connection closed"),
-            }
-        }
-        .instrument(span),
-    );
+    let (read, write) = tokio::io::split(stream);
+    spawn_served(connection, peer, slot, serve_with(executor, BufReader::new(read), write, options));
 }
 
-/// [`spawn_connection`] for a socket whose input is lent ([`QuietStream::lend_socket`]).
-fn spawn_lent(
-    executor: Executor,
-    (lent, reader, writing): LentSocket,
-    options: ServeOptions,
+/// Run a connection's serving as a task of its own in the connection's span, holding its
+/// place until it ends.
+fn spawn_served(
     connection: u64,
     peer: String,
     slot: Slot,
+    served: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
 ) {
     let span = tracing::info_span!("connection", id = connection, peer);
     tokio::spawn(
         async move {
             let _slot = slot;
             tracing::info!("connection opened");
-            match serve_connection(executor, reader, writing, options, Some(lent)).await {
+            match served.await {
                 Ok(()) => tracing::info!("connection closed"),
                 Err(problem) => tracing::info!(error = problem, "connection closed"),
             }
@@ -583,13 +560,40 @@ fn spawn_lent(
     );
 }
 
+/// Serve a socket read and written directly (a Unix socket, TCP without TLS), its input
+/// lent to an execution waiting awake for an answer (`wire::lend`); as any stream, made
+/// by `back`, when that cannot be set up.
+fn spawn_socket<S>(
+    executor: Executor,
+    socket: std::io::Result<OwnedFd>,
+    back: impl FnOnce(OwnedFd) -> std::io::Result<S>,
+    options: ServeOptions,
+    connection: u64,
+    peer: String,
+    slot: Slot,
+) where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    match lend_socket(socket, &options, connection) {
+        Ok((lent, reader, writing)) => {
+            let served = serve_connection(executor, reader, writing, options, Some(lent));
+            spawn_served(connection, peer, slot, served);
+        }
+        Err(Some(socket)) => match back(socket) {
+            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
+            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
+        },
+        Err(None) => {}
+    }
+}
+
 /// `socket` lent ([`QuietStream::lend_socket`]); `Err` with the socket to serve as any
 /// stream when that failed (logged), or `None` when even the socket was lost.
 fn lend_socket(
-    socket: std::io::Result<std::os::fd::OwnedFd>,
+    socket: std::io::Result<OwnedFd>,
     options: &ServeOptions,
     connection: u64,
-) -> Result<LentSocket, Option<std::os::fd::OwnedFd>> {
+) -> Result<LentSocket, Option<OwnedFd>> {
     let socket = match socket {
         Ok(socket) => socket,
         Err(e) => {
