@@ -31,7 +31,7 @@ pub struct Request {
     /// [`Request::watch_host_side`]) the one a wire's log and waiting messages reach.
     pub(crate) watcher: Option<Watcher>,
     /// Reads the answers waiting on the connection, when the execution's thread may
-    /// (a worker's lent input: `wire::lend`).
+    /// (a connection's lent input: `wire::lend`).
     pub(crate) answers: Option<ReadAnswers>,
 }
 

@@ -700,8 +700,8 @@ impl<E: Engine> Execution<E> {
 
     /// With calls in flight and nothing due before `wake`, wait for an answer awake for a
     /// while ([`spin`]): once per call gone out or answer come in, not again at every
-    /// timer's turn. A worker's execution reads its answers from the connection itself
-    /// meanwhile (`wire::lend`).
+    /// timer's turn. An execution served over a connection that lends its input reads its
+    /// answers from it meanwhile (`wire::lend`).
     fn wait_awake(&mut self, now: Instant, wake: Option<Instant>) -> Polled<Message> {
         if self.answer_spin.is_zero() || wake.is_some_and(|at| at <= now) {
             return Polled::Nothing;

@@ -62,7 +62,7 @@ pub(crate) enum Polled<T> {
 }
 
 /// Poll `inbox` until `until`, if `gate` has a slot; `read` first at each turn, when the
-/// thread may read its answers from the connection itself (a worker's: `wire::lend`).
+/// thread may read its answers from its connection itself (`wire::lend`).
 pub(crate) fn poll<T>(
     inbox: &Receiver<T>,
     until: Instant,

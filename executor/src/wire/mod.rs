@@ -463,6 +463,16 @@ impl QuietStream {
         })
     }
 
+    /// This reading stream as an input that an execution waiting awake for its answer
+    /// reads too ([`lend`]); a frame past `max_frame_bytes` is the reader's, to refuse.
+    pub(crate) fn lend(
+        mut self,
+        max_frame_bytes: usize,
+    ) -> std::io::Result<(Arc<lend::Input>, lend::Reader)> {
+        let file = self.input.take().ok_or_else(not_this_way)?.into_inner();
+        lend::Input::new(file, max_frame_bytes, Some(self))
+    }
+
     /// A connected socket (Unix or TCP, non-blocking) as a lent input ([`lend`]) and the
     /// stream writing to it: the socket's descriptor writes, a copy of it is read. The
     /// socket comes back with the error when the copy cannot be made (out of descriptors).
@@ -546,18 +556,6 @@ impl QuietStream {
         };
         reading.input = Some(watched(input, tokio::io::Interest::READABLE).ok()?);
         Some((reading, writing))
-    }
-}
-
-impl QuietStream {
-    /// This reading stream as an input that an execution waiting awake for its answer
-    /// reads too ([`lend`]); frames longer than `max_frame_bytes` are left to the reader.
-    pub(crate) fn lend(
-        mut self,
-        max_frame_bytes: usize,
-    ) -> std::io::Result<(Arc<lend::Input>, lend::Reader)> {
-        let file = self.input.take().ok_or_else(not_this_way)?.into_inner();
-        lend::Input::new(file, max_frame_bytes, Some(self))
     }
 }
 

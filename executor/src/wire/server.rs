@@ -365,8 +365,8 @@ where
     serve_connection(executor, input, output, options, None).await
 }
 
-/// [`serve_with`], and with `lent` (a worker's input, which `input` reads) each execution
-/// waiting awake for an answer reads the answers at the input's head itself.
+/// [`serve_with`], and with `lent` (the connection's input, which `input` reads) each
+/// execution waiting awake for an answer reads the answers at the input's head itself.
 pub(crate) async fn serve_connection<R, W>(
     executor: Executor,
     mut input: R,
