@@ -24,8 +24,8 @@ use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 use crate::Executor;
 use crate::tls::Acceptor as TlsAcceptor;
 pub use crate::tls::{RemoteTls, TlsFiles};
-use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_connection, serve_with};
-use crate::wire::{LentSocket, QuietStream};
+use crate::wire::QuietStream;
+use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_with};
 
 /// Connections open at once by default (authenticated or not).
 pub const MAX_CONNECTIONS: usize = 256;
@@ -562,7 +562,7 @@ fn spawn_served(
 
 /// Serve a socket read and written directly (a Unix socket, TCP without TLS), its input
 /// lent to an execution waiting awake for an answer (`wire::lend`); as any stream, made
-/// by `back`, when that cannot be set up.
+/// by `back`, when that cannot be set up (out of descriptors for the copy it takes).
 fn spawn_socket<S>(
     executor: Executor,
     socket: std::io::Result<OwnedFd>,
@@ -574,37 +574,23 @@ fn spawn_socket<S>(
 ) where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    match lend_socket(socket, &options, connection) {
-        Ok((lent, reader, writing)) => {
-            let served = serve_connection(executor, reader, writing, options, Some(lent));
-            spawn_served(connection, peer, slot, served);
-        }
-        Err(Some(socket)) => match back(socket) {
-            Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
-            Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
-        },
-        Err(None) => {}
-    }
-}
-
-/// `socket` lent ([`QuietStream::lend_socket`]); `Err` with the socket to serve as any
-/// stream when that failed (logged), or `None` when even the socket was lost.
-fn lend_socket(
-    socket: std::io::Result<OwnedFd>,
-    options: &ServeOptions,
-    connection: u64,
-) -> Result<LentSocket, Option<OwnedFd>> {
     let socket = match socket {
         Ok(socket) => socket,
         Err(e) => {
             tracing::warn!(connection, error = %e, "connection dropped: its socket could not be taken over");
-            return Err(None);
+            return;
         }
     };
-    QuietStream::lend_socket(socket, options.max_frame_bytes).map_err(|(e, socket)| {
-        tracing::warn!(connection, error = %e, "connection served without lending its input");
-        Some(socket)
-    })
+    match QuietStream::lend_socket(socket, options.max_frame_bytes) {
+        Ok(lent) => spawn_served(connection, peer, slot, server::serve_lent(executor, lent, options)),
+        Err((e, socket)) => {
+            tracing::warn!(connection, error = %e, "connection served without lending its input");
+            match back(socket) {
+                Ok(stream) => spawn_connection(executor, stream, options, connection, peer, slot),
+                Err(e) => tracing::warn!(connection, error = %e, "connection dropped"),
+            }
+        }
+    }
 }
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,

@@ -15,6 +15,7 @@
 //! handles them.
 
 use std::io::{ErrorKind, Read};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
@@ -131,13 +132,13 @@ impl Input {
         max_frame_bytes: usize,
         stream: Option<super::QuietStream>,
     ) -> std::io::Result<(Arc<Input>, Reader)> {
+        let descriptor = super::Descriptor(file.as_raw_fd());
         let input = Arc::new(Input { file, max_frame_bytes, state: Mutex::default() });
-        // SAFETY: `Descriptor` holds the input, which owns the descriptor: it stays open,
-        // the same, and reports the same number until the `AsyncFd` is dropped.
-        let watched = unsafe {
-            AsyncFd::register_with_interest(Descriptor(input.clone()), tokio::io::Interest::READABLE)
-        }?;
-        Ok((input.clone(), Reader { input, watched, taken: Vec::new(), at: 0, _stream: stream }))
+        // SAFETY: the input owns the descriptor, and the reader holds the input and drops
+        // `watched` first, so the descriptor stays open, the same, and reports the same
+        // number while the runtime watches it.
+        let watched = unsafe { AsyncFd::register_with_interest(descriptor, tokio::io::Interest::READABLE) }?;
+        Ok((input.clone(), Reader { watched, input, taken: Vec::new(), at: 0, _stream: stream }))
     }
 
     /// While the reader is parked, give each whole frame at the input's head to `answer`,
@@ -185,21 +186,13 @@ impl Input {
     }
 }
 
-/// The input's descriptor as the async runtime watches it: open while the input is.
-struct Descriptor(Arc<Input>);
-
-impl std::os::fd::AsRawFd for Descriptor {
-    fn as_raw_fd(&self) -> std::os::fd::RawFd {
-        self.0.file.as_raw_fd()
-    }
-}
-
 /// The connection's side: whole frames from the shared buffer, read from the descriptor
 /// when it has none.
 pub(crate) struct Reader {
+    /// The input's descriptor, registered with the async runtime for readiness; dropped
+    /// before `input` (fields drop in order), which may hold its last reference.
+    watched: AsyncFd<super::Descriptor>,
     input: Arc<Input>,
-    /// The descriptor, registered with the async runtime for readiness.
-    watched: AsyncFd<Descriptor>,
     /// Frames taken and not yet consumed: `taken[at..]`.
     taken: Vec<u8>,
     at: usize,

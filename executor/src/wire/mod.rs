@@ -473,13 +473,20 @@ impl QuietStream {
         lend::Input::new(file, max_frame_bytes, Some(self))
     }
 
+    /// This process's stdin lent and its stdout, when both are pipes or sockets
+    /// ([`QuietStream::stdio`]); `Err` if the lent input cannot be watched.
+    pub(crate) fn lend_stdio(max_frame_bytes: usize) -> Option<std::io::Result<Lent>> {
+        let (reading, writing) = QuietStream::stdio()?;
+        Some(reading.lend(max_frame_bytes).map(|(input, reader)| (input, reader, writing)))
+    }
+
     /// A connected socket (Unix or TCP, non-blocking) as a lent input ([`lend`]) and the
     /// stream writing to it: the socket's descriptor writes, a copy of it is read. The
     /// socket comes back with the error when the copy cannot be made (out of descriptors).
     pub(crate) fn lend_socket(
         socket: std::os::fd::OwnedFd,
         max_frame_bytes: usize,
-    ) -> Result<LentSocket, (std::io::Error, std::os::fd::OwnedFd)> {
+    ) -> Result<Lent, (std::io::Error, std::os::fd::OwnedFd)> {
         let runtime = match tokio::runtime::Handle::try_current() {
             Ok(runtime) => runtime,
             Err(e) => return Err((std::io::Error::other(e), socket)),
@@ -581,11 +588,13 @@ fn watched(
     Ok(unsafe { tokio::io::unix::AsyncFd::register_with_interest(file, interest) }?)
 }
 
-/// A socket lent ([`QuietStream::lend_socket`]): its input, the connection's reader of
-/// it, and the stream writing to it.
-pub(crate) type LentSocket = (Arc<lend::Input>, lend::Reader, QuietStream);
+/// A connection whose input is lent ([`QuietStream::lend_socket`],
+/// [`QuietStream::lend_stdio`]): the input, the connection's reader of it, and the stream
+/// writing the other way.
+pub(crate) type Lent = (Arc<lend::Input>, lend::Reader, QuietStream);
 
-/// A descriptor this stream owns elsewhere, as the runtime watches it.
+/// A descriptor owned elsewhere (a stream's output, a lent input's file), as the runtime
+/// watches it: its owner keeps it open while it is watched.
 struct Descriptor(std::os::fd::RawFd);
 
 impl std::os::fd::AsRawFd for Descriptor {

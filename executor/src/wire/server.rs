@@ -47,7 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::{
-    FrameError, FrameReader, FrameWriter, QuietStream, encode_frame, frame_length, too_large_outcome,
+    FrameError, FrameReader, FrameWriter, Lent, QuietStream, encode_frame, frame_length, too_large_outcome,
     write_message,
 };
 use crate::host::{CallAnswer, Claim, claim_call};
@@ -303,22 +303,27 @@ where
     R: AsyncBufRead + Unpin + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let options = ServeOptions {
-        hello_timeout: None,
-        idle_timeout: None,
-        send_timeout: None,
-        ..ServeOptions::default()
-    };
+    let options = stdio_options();
     if is_tokio_stdio(&input, &output)
-        && let Some((reading, writing)) = QuietStream::stdio()
+        && let Some(lent) = QuietStream::lend_stdio(options.max_frame_bytes)
     {
         drop((input, output));
-        return match reading.lend(options.max_frame_bytes) {
-            Ok((lent, reader)) => serve_connection(executor, reader, writing, options, Some(lent)).await,
-            Err(e) => Err(format!("cannot read stdin: {e}")),
-        };
+        let lent = lent.map_err(|e| format!("cannot read stdin: {e}"))?;
+        return serve_lent(executor, lent, options).await;
     }
     serve_with(executor, input, output, options).await
+}
+
+/// What stdio is allowed: no deadline on the hello, no idle close, no send timeout (the
+/// peer is the parent process).
+pub(crate) fn stdio_options() -> ServeOptions {
+    ServeOptions { hello_timeout: None, idle_timeout: None, send_timeout: None, ..ServeOptions::default() }
+}
+
+/// Serve a connection whose input is lent ([`super::lend`]).
+pub(crate) async fn serve_lent(executor: Executor, lent: Lent, options: ServeOptions) -> Result<(), String> {
+    let (input, reader, writing) = lent;
+    serve_connection(executor, reader, writing, options, Some(input)).await
 }
 
 /// Whether `input` and `output` are Tokio's stdin, unread, and stdout.
@@ -367,7 +372,7 @@ where
 
 /// [`serve_with`], and with `lent` (the connection's input, which `input` reads) each
 /// execution waiting awake for an answer reads the answers at the input's head itself.
-pub(crate) async fn serve_connection<R, W>(
+async fn serve_connection<R, W>(
     executor: Executor,
     mut input: R,
     mut output: W,

@@ -51,20 +51,10 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
             return super::server::serve(executor, input, tokio::io::stdout()).await;
         }
         // Set up before the lock: it reads each descriptor's kind (fstat), refused after.
-        let options = super::server::ServeOptions {
-            hello_timeout: None,
-            idle_timeout: None,
-            send_timeout: None,
-            ..super::server::ServeOptions::default()
-        };
-        let stdio = match super::QuietStream::stdio() {
-            Some((reading, writing)) => {
-                let lent =
-                    reading.lend(options.max_frame_bytes).map_err(|e| format!("cannot read stdin: {e}"))?;
-                Some((lent, writing))
-            }
-            None => None,
-        };
+        let options = super::server::stdio_options();
+        let stdio = super::QuietStream::lend_stdio(options.max_frame_bytes)
+            .transpose()
+            .map_err(|e| format!("cannot read stdin: {e}"))?;
         let warm = executor.execute(Request::new(WARM_UP)).await;
         if warm.error_text().is_some() {
             return Err(format!("the warm-up program failed: {}", warm.to_json_string()));
@@ -74,9 +64,7 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         // itself, from /proc).
         eprintln!("codemode stdio: confined: {}", layers.describe());
         match stdio {
-            Some(((lent, reader), writing)) => {
-                super::server::serve_connection(executor, reader, writing, options, Some(lent)).await
-            }
+            Some(lent) => super::server::serve_lent(executor, lent, options).await,
             None => {
                 let input = tokio::io::BufReader::new(tokio::io::stdin());
                 super::server::serve_with(executor, input, tokio::io::stdout(), options).await
