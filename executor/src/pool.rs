@@ -5,6 +5,8 @@
 //! the configured number. As many warm engines as kept threads are kept ready (made ahead
 //! of demand on idle threads, the runtime's built-ins booted in them), and a job goes to
 //! a thread holding one first; taking one sets an idle thread to making the next. A thread
+//! whose run ended keeps its engine renewed (where the engine can be) as its next warm
+//! one, instead of freeing it and making another. A thread
 //! stuck in a native call past its deadline holds only its own execution: new executions
 //! take other threads, so capacity never shrinks.
 
@@ -208,15 +210,18 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
     loop {
         match next.take() {
             Some(Work::Run(job)) => {
-                // The engine is dropped once the host has the outcome, before this goes on.
-                runtime::run::<E>(*job, warm.take());
+                // The engine is renewed (or dropped) once the host has the outcome, before
+                // this goes on: a renewed engine is this thread's next warm one.
+                warm = runtime::run::<E>(*job, warm.take());
                 if dedicated {
                     return;
                 }
-                let mut idle = lock(&shared.idle);
-                warming = idle.short(shared.keep);
-                if warming {
-                    idle.warming.push(door.clone());
+                if warm.is_none() {
+                    let mut idle = lock(&shared.idle);
+                    warming = idle.short(shared.keep);
+                    if warming {
+                        idle.warming.push(door.clone());
+                    }
                 }
             }
             // The thread that asked moved this one to the warming list.
@@ -232,6 +237,8 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
             if Idle::remove(&mut idle.warming, &door) {
                 if warm.is_some() { idle.warm.push(door.clone()) } else { idle.cold.push(door.clone()) }
             }
+        } else if warm.is_some() {
+            lock(&shared.idle).warm.push(door.clone());
         } else {
             lock(&shared.idle).cold.push(door.clone());
         }

@@ -132,6 +132,21 @@ pub(crate) trait Engine: Sized {
     /// Arm the engine for its one execution: every byte it holds and allocates from now on
     /// is charged to `setup.budget`, and `setup.stop` stops it.
     fn arm(&mut self, setup: EngineSetup);
+    /// Remember the engine as it is now, before it is armed, so that [`Engine::renew`] can
+    /// put it back; false when this engine cannot. Every handle taken before the seal stays
+    /// valid through renewals; no native object may be made after it.
+    fn seal(&mut self) -> bool {
+        false
+    }
+    /// Put a sealed engine back as it was sealed, unarmed, for the next execution: nothing
+    /// an execution did in it is left, in JavaScript or in its memory. Every handle taken
+    /// since the seal must be dropped first. False when the engine was not sealed (it is
+    /// then dropped, as one that cannot be renewed).
+    fn renew(&mut self) -> bool {
+        false
+    }
+    /// Give up the seal (and the memory that keeps it): this engine will not be renewed.
+    fn unseal(&mut self) {}
     /// Evaluate a built-in script of the runtime; the engine may compile `source` once per process.
     fn evaluate_builtin(
         &mut self,

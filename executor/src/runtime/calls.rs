@@ -5,7 +5,7 @@
 //! dispatch or outbound handler, and answers with the answer itself when it was ready at
 //! once, or an id the runtime delivers the answer under later.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
@@ -244,12 +244,34 @@ fn leave(
 }
 
 /// Where the ops find their execution's state: the ops are made with the warm engine,
-/// before the execution they serve is known, and it is set once when it starts.
-pub(super) type StateSlot = Rc<OnceCell<Rc<RefCell<State>>>>;
+/// before the execution they serve is known. It is filled when the execution starts and
+/// emptied when the engine is renewed for the next.
+#[derive(Clone, Default)]
+pub(super) struct StateSlot(Rc<RefCell<Option<Rc<RefCell<State>>>>>);
+
+impl StateSlot {
+    /// Give the ops this execution's state; false when the slot already holds one (an
+    /// engine serves one execution at a time).
+    pub(super) fn fill(&self, state: Rc<RefCell<State>>) -> bool {
+        let mut slot = self.0.borrow_mut();
+        if slot.is_some() {
+            return false;
+        }
+        *slot = Some(state);
+        true
+    }
+
+    pub(super) fn empty(&self) {
+        self.0.borrow_mut().take();
+    }
+}
 
 /// The state of the execution an op serves.
-fn started(slot: &StateSlot) -> Result<&Rc<RefCell<State>>, String> {
-    slot.get().ok_or_else(|| "codemode: a host function was called before its execution started".to_owned())
+fn started(slot: &StateSlot) -> Result<Rc<RefCell<State>>, String> {
+    slot.0
+        .borrow()
+        .clone()
+        .ok_or_else(|| "codemode: a host function was called before its execution started".to_owned())
 }
 
 /// The ops the prelude receives, each reading its execution's state from `slot`.
@@ -282,7 +304,7 @@ pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
                 Default::default()
             };
             leave(
-                shared,
+                &shared,
                 payload,
                 Named(&provider, &tool, &arguments),
                 parsed,
@@ -337,7 +359,7 @@ pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
                 return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
             }
             leave(
-                shared,
+                &shared,
                 payload,
                 named,
                 false,

@@ -39,8 +39,8 @@ use codemode_protocol::wire::LogLevel;
 pub(crate) use cpus::cpus;
 pub(crate) use spin::MAX_ANSWER_SPIN;
 use timers::Timers;
-use warm::Builtins;
 pub(crate) use warm::Warm;
+use warm::{Builtins, Kept};
 
 /// How long a retained engine's callback (a timer, a call's answer) may run once the run has settled.
 const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
@@ -241,13 +241,15 @@ impl State {
     }
 }
 
-/// Run one execution on this thread, from its entry scope to its end.
-pub(crate) fn run<E: Engine>(job: Job, warm: Option<Warm<E>>) {
+/// Run one execution on this thread, from its entry scope to its end; its engine back,
+/// renewed, when it could be.
+pub(crate) fn run<E: Engine>(job: Job, warm: Option<Warm<E>>) -> Option<Warm<E>> {
     let mut execution = match catch_unwind(AssertUnwindSafe(|| Execution::<E>::start(job, warm))) {
         Ok(execution) => execution,
-        Err(_) => return,
+        Err(_) => return None,
     };
     execution.drive();
+    execution.renewed.take()
 }
 
 struct Execution<E: Engine> {
@@ -256,6 +258,10 @@ struct Execution<E: Engine> {
     handles: Option<Handles<E::Value>>,
     /// The warm engine's prelude and codec, until the boot takes them.
     builtins: Option<Builtins<E::Value>>,
+    /// What renews the engine once the run has ended; `None` for a retained engine.
+    kept: Option<Kept<E::Value>>,
+    /// The engine renewed after the run, for this thread's next.
+    renewed: Option<Warm<E>>,
     state: Rc<RefCell<State>>,
     settlement: Option<Settlement>,
     reported: bool,
@@ -277,6 +283,7 @@ impl<E: Engine> Drop for Execution<E> {
     fn drop(&mut self) {
         self.handles = None;
         self.builtins = None;
+        self.kept = None;
         self.engine = None;
         self.control.ended.store(true, Ordering::Release);
     }
@@ -301,6 +308,8 @@ impl<E: Engine> Execution<E> {
             program: job.program,
             handles: None,
             builtins: None,
+            kept: None,
+            renewed: None,
             state,
             settlement: None,
             reported: false,
@@ -347,12 +356,19 @@ impl<E: Engine> Execution<E> {
         if job.control.stopped() {
             warm.engine.stopper()();
         }
-        if warm.slot.set(execution.state.clone()).is_err() {
-            // A warm engine serves one execution; one already served is never run again.
+        if !warm.slot.fill(execution.state.clone()) {
+            // A warm engine serves one execution at a time.
             execution.settle(Settlement::Failed(OutcomeKind::Internal, ENGINE_PANICKED.to_owned()));
             return execution;
         }
-        let Warm { builtins, slot: _, engine } = warm;
+        let (mut engine, builtins, kept) = warm.split();
+        if job.retain {
+            // A retained engine outlives its settlement and is never renewed: the memory
+            // that keeps its seal goes now.
+            engine.unseal();
+        } else {
+            execution.kept = Some(kept);
+        }
         execution.builtins = Some(builtins);
         execution.engine = Some(engine);
         execution.turn(|execution| execution.boot(&job.scope_source));
@@ -676,16 +692,20 @@ impl<E: Engine> Execution<E> {
                     Err(crossbeam_channel::TryRecvError::Disconnected) => return self.dispose(),
                 },
                 (Polled::Nothing, Some(at)) => {
+                    self.unseal_to_sleep();
                     match self.inbox.recv_timeout(at.saturating_duration_since(Instant::now())) {
                         Ok(message) => Some(message),
                         Err(RecvTimeoutError::Timeout) => None,
                         Err(RecvTimeoutError::Disconnected) => return self.dispose(),
                     }
                 }
-                (Polled::Nothing, None) => match self.inbox.recv() {
-                    Ok(message) => Some(message),
-                    Err(_) => return self.dispose(),
-                },
+                (Polled::Nothing, None) => {
+                    self.unseal_to_sleep();
+                    match self.inbox.recv() {
+                        Ok(message) => Some(message),
+                        Err(_) => return self.dispose(),
+                    }
+                }
             };
             match message {
                 Some(Message::Answer { call, answer }) => {
@@ -695,6 +715,18 @@ impl<E: Engine> Execution<E> {
                 Some(Message::Cancel) => return self.dispose(),
                 None => self.fire_due_timers(),
             }
+        }
+    }
+
+    /// The run is about to wait asleep, for an answer or a timer. It may wait long, holding
+    /// its engine, and renewing the engine after it would save little against what it
+    /// waits for: the memory that keeps the engine's seal goes now, and the engine is
+    /// freed when the run ends.
+    fn unseal_to_sleep(&mut self) {
+        if self.kept.take().is_some()
+            && let Some(engine) = self.engine.as_mut()
+        {
+            engine.unseal();
         }
     }
 
@@ -820,7 +852,14 @@ impl<E: Engine> Execution<E> {
         if disposed.is_some() && cpus() == 1 {
             std::thread::yield_now();
         }
-        drop(disposed);
+        // Renewed for this thread's next run, where it can be; else freed.
+        if let Some((handles, engine)) = disposed {
+            drop(handles);
+            match self.kept.take() {
+                Some(kept) => self.renewed = Warm::renew(engine, kept),
+                None => drop(engine),
+            }
+        }
     }
 
     /// The engine and its handles, out of the live count (they are freed when dropped).
@@ -835,6 +874,7 @@ impl<E: Engine> Execution<E> {
     fn dispose(&mut self) {
         if let Some((handles, engine)) = self.take_engine() {
             drop(handles);
+            self.kept = None;
             drop(engine);
         }
         self.control.ended.store(true, Ordering::Release);

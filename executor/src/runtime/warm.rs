@@ -1,5 +1,6 @@
 //! Engines made ahead of demand: the runtime's built-ins booted on an idle thread (the
-//! prelude with its ops, then the codec), so a run starts at its own entry scope.
+//! prelude with its ops, then the codec), so a run starts at its own entry scope; and
+//! renewed after a run, where the engine can be, to the state it was sealed in then.
 
 use super::calls::{self, StateSlot};
 use super::prelude;
@@ -17,6 +18,7 @@ pub(crate) struct Warm<E: Engine> {
 }
 
 /// The handles a run takes from its warm engine.
+#[derive(Clone)]
 pub(super) struct Builtins<V> {
     /// Gives the prelude the execution's limits.
     pub(super) configure: V,
@@ -43,11 +45,44 @@ impl<E: Engine> Warm<E> {
         let codec = engine
             .evaluate_builtin("codemode:codec", codemode_protocol::codec_source)
             .map_err(|_| failed("codec"))?;
+        // Booted and not yet armed: what every execution of this engine starts from. Only
+        // the handles kept are held across it (a handle dropped after the seal would be a
+        // count the renewed heap still has).
+        drop((ops, boot, booted));
+        engine.seal();
         Ok(Warm { builtins: Builtins { configure, exports, codec }, slot, engine })
+    }
+
+    /// Split for a run: the engine, the built-ins' handles for the run to use, and what
+    /// renews the engine after it.
+    pub(super) fn split(self) -> (E, Builtins<E::Value>, Kept<E::Value>) {
+        let Warm { builtins, slot, engine } = self;
+        (engine, builtins.clone(), Kept { builtins, slot })
+    }
+
+    /// The engine of an ended run, renewed to the state it was sealed in (nothing of the
+    /// run left in it): a warm engine again. `None` when it cannot be renewed; it is then
+    /// dropped. Every handle the run took must be dropped first.
+    pub(super) fn renew(mut engine: E, kept: Kept<E::Value>) -> Option<Warm<E>> {
+        kept.slot.empty();
+        if engine.renew() {
+            return Some(Warm { builtins: kept.builtins, slot: kept.slot, engine });
+        }
+        // Handles go before their engine.
+        drop(kept);
+        drop(engine);
+        None
     }
 
     /// Whether this engine can be armed with `limits`.
     pub(super) fn fits(&self, limits: &Limits) -> bool {
         self.engine.fits(limits.memory_limit_bytes)
     }
+}
+
+/// What a run keeps of its warm engine for the renewal: the built-ins' handles (taken
+/// before the seal, so a renewal leaves them valid) and the slot the ops read.
+pub(super) struct Kept<V> {
+    builtins: Builtins<V>,
+    slot: StateSlot,
 }

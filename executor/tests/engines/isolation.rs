@@ -77,6 +77,69 @@ async fn dropping_an_execute_future_ends_its_engine_promptly() {
     );
 }
 
+/// One thread runs every execution here, its engine renewed between them where the engine
+/// can be: whatever one program did to its globals, prototypes, providers and built-ins,
+/// and however it ended (a result, a throw, timers and promises left pending, a call
+/// answered late, memory or time run out), the next finds the engine as new, with a
+/// Math.random sequence of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_one_execution_does_reaches_the_next_on_its_thread() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let dispatch = |call: ToolCall| async move {
+        if call.tool == "late" {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        r#"{"result":"answered"}"#.to_owned()
+    };
+    let look = "[typeof Object.prototype.polluted, typeof globalThis.left, [1, 2].map((x) => x * 2),
+        JSON.stringify({ a: 1 }), typeof store.hidden, Object.isFrozen(Object.prototype),
+        typeof console.log, Promise.prototype.then.name, typeof store.late, Math.random()]";
+    let pollute =
+        "Object.prototype.polluted = 1; globalThis.left = 'x'; Array.prototype.map = () => 'hijacked';
+        JSON.stringify = () => 'forged'; store.hidden = 1; delete store.late; console.log = null;
+        Promise.prototype.then = function () { return 'hijacked'; }; Object.freeze(Object.prototype);";
+    let endings = [
+        "return seen;",
+        "throw new Error('thrown');",
+        "setTimeout(() => {}, 60000); new Promise(() => {}); return seen;",
+        "await store.call(); return seen;",
+        "await store.late(); return seen;",
+        "while (true) {}",
+        "globalThis.hog = []; while (true) hog.push('y'.repeat(1 << 16));",
+    ];
+    let mut randoms = std::collections::BTreeSet::new();
+    for round in 0..14 {
+        let ending = endings[round % endings.len()];
+        let code = format!("async () => {{ const seen = {look}; {pollute} {ending} }}");
+        let request = Request::new(code)
+            .provider(ProviderDescriptor::new("store", ["call", "late"]))
+            .dispatch(dispatch)
+            .timeout(Duration::from_millis(500))
+            .memory_limit_bytes(16 << 20);
+        let outcome = executor.execute(request).await;
+        let text = json(&outcome);
+        match round % endings.len() {
+            0 | 2 | 3 | 4 => {
+                let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let seen = value["result"].as_array().unwrap_or_else(|| panic!("round {round}: {text}"));
+                assert_eq!(
+                    serde_json::Value::Array(seen[..9].to_vec()).to_string(),
+                    r#"["undefined","undefined",[2,4],"{\"a\":1}","function",false,"function","then","function"]"#,
+                    "round {round}"
+                );
+                randoms.insert(seen[9].to_string());
+            }
+            1 => assert!(text.starts_with(r#"{"error":"thrown","kind":"thrown","#), "round {round}: {text}"),
+            5 => assert_eq!(
+                text,
+                r#"{"error":"Execution timed out after 500 ms.","kind":"timeout","logs":[]}"#
+            ),
+            _ => assert!(text.contains(r#""kind":"memory""#), "round {round}: {text}"),
+        }
+    }
+    assert_eq!(randoms.len(), 8, "each execution draws its own random numbers: {randoms:?}");
+}
+
 #[test]
 fn execute_outside_a_tokio_runtime_is_an_error_outcome_not_a_panic() {
     let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });

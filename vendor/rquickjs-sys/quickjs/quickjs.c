@@ -63894,6 +63894,40 @@ static const JSCFunctionListEntry js_perf_proto_funcs[] = {
     JS_CFUNC_DEF2("now", 0, js_perf_now, JS_PROP_ENUMERABLE),
 };
 
+/* codemode-rs: a context made ahead of its execution, or renewed from a copy of its
+   memory (the executor's engine/quickjs/alloc.rs), starts its execution where a new one
+   would differ: Math.random's state, and performance's time origin (performance.now()
+   and performance.timeOrigin). The time origin is a read-only property, so it is
+   written in place; after a program has run the context is renewed before this, so the
+   property is the one JS_AddPerformance defined. */
+void JS_StartExecution(JSContext *ctx)
+{
+    JSValue performance;
+    JSAtom atom;
+    JSProperty *pr;
+    JSShapeProperty *prs;
+
+    ctx->random_state = js__gettimeofday_us();
+    if (ctx->random_state == 0)
+        ctx->random_state = 1;
+    ctx->time_origin = js__now_ms();
+    performance = JS_GetPropertyStr(ctx, ctx->global_obj, "performance");
+    if (JS_IsException(performance)) {
+        JS_FreeValue(ctx, JS_GetException(ctx));
+        return;
+    }
+    if (JS_VALUE_GET_TAG(performance) == JS_TAG_OBJECT) {
+        atom = JS_NewAtom(ctx, "timeOrigin");
+        if (atom != JS_ATOM_NULL) {
+            prs = find_own_property(&pr, JS_VALUE_GET_OBJ(performance), atom);
+            if (prs && (prs->flags & JS_PROP_TMASK) == JS_PROP_NORMAL)
+                set_value(ctx, &pr->u.value, js_float64(ctx->time_origin));
+            JS_FreeAtom(ctx, atom);
+        }
+    }
+    JS_FreeValue(ctx, performance);
+}
+
 int JS_AddPerformance(JSContext *ctx)
 {
     ctx->time_origin = js__now_ms();

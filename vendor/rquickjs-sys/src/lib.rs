@@ -31,4 +31,7 @@ include!("inlines/common.rs");
 unsafe extern "C" {
     /// Leave the runtime to its allocator to free at once: see `quickjs.c`.
     pub fn JS_SetDiscardOnFree(rt: *mut JSRuntime);
+    /// Start an execution afresh in a context made or renewed ahead of it (Math.random's
+    /// state, performance's time origin): see `quickjs.c` (PATCHES.md, section 11).
+    pub fn JS_StartExecution(ctx: *mut JSContext);
 }

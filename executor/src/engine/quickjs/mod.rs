@@ -1,5 +1,6 @@
 //! The QuickJS engine: the runtime's primitives bound to rquickjs, one `Runtime` and
-//! `Context` per execution, and nothing of an execution's rules.
+//! `Context` per execution (made afresh, or renewed byte for byte from its sealed heap),
+//! and nothing of an execution's rules.
 //!
 //! Every engine knob is set in [`QuickJs::new`] (allocator, rejection tracker) or when
 //! the engine is armed for its execution (budget, stack limit, interrupt handler), and
@@ -24,7 +25,7 @@ use rquickjs::{
 };
 
 use super::{Arg, Engine, EngineSetup, HostValue, Op, PromiseState, Rejection, Stopper, Thrown};
-use alloc::{Account, Counting};
+use alloc::{Counting, Heap};
 
 type JsValue<'js> = rquickjs::Value<'js>;
 
@@ -34,7 +35,10 @@ pub(crate) type Handle = Persistent<JsValue<'static>>;
 /// One execution on QuickJS.
 pub(crate) struct QuickJs {
     rejections: Rc<RefCell<Vec<Rejection<Handle>>>>,
-    account: Rc<Account>,
+    /// The native functions made in this engine, each held from here: a sealed heap
+    /// points to their Rust closures, so no program may have them finalized before a renewal.
+    natives: Vec<Handle>,
+    heap: Rc<Heap>,
     stop: Arc<AtomicBool>,
     context: Context,
     runtime: Runtime,
@@ -44,6 +48,7 @@ impl Drop for QuickJs {
     fn drop(&mut self) {
         // Persistent values must go before the runtime that owns them.
         self.rejections.borrow_mut().clear();
+        self.natives.clear();
         // Freeing the runtime object by object was a quarter of a short run's CPU; its
         // allocator frees it whole instead, after QuickJS has run the finalizers that
         // reach outside its memory (vendor/rquickjs-sys/PATCHES.md, section 7).
@@ -63,8 +68,8 @@ impl Engine for QuickJs {
     const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf8Bytes;
 
     fn new(_memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<QuickJs, String> {
-        let account = Rc::new(Account::default());
-        let runtime = Runtime::new_with_alloc(Counting::new(account.clone()))
+        let heap = Rc::new(Heap::default());
+        let runtime = Runtime::new_with_alloc(Counting::new(heap.clone()))
             .map_err(|e| format!("QuickJS runtime: {e}"))?;
         let context = Context::full(&runtime).map_err(|e| format!("QuickJS context: {e}"))?;
         runtime.set_max_stack_size(stack_limit_bytes);
@@ -79,7 +84,8 @@ impl Engine for QuickJs {
             });
         })));
         #[allow(unused_mut)]
-        let mut engine = QuickJs { rejections, account, stop: Arc::default(), context, runtime };
+        let mut engine =
+            QuickJs { rejections, natives: Vec::new(), heap, stop: Arc::default(), context, runtime };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
@@ -90,14 +96,36 @@ impl Engine for QuickJs {
     }
 
     fn arm(&mut self, setup: EngineSetup) {
-        self.account.attach(setup.budget);
+        self.heap.account.attach(setup.budget);
         self.runtime.set_max_stack_size(setup.stack_limit_bytes);
         self.stop = setup.stop;
-        let (stop, account) = (self.stop.clone(), self.account.clone());
+        let (stop, heap) = (self.stop.clone(), self.heap.clone());
         // Asked every 100 ticks of the interpreter and in long builtin loops (vendor/rquickjs-sys).
         self.runtime.set_interrupt_handler(Some(Box::new(move || {
-            stop.load(Ordering::Relaxed) || account.exceeded()
+            stop.load(Ordering::Relaxed) || heap.account.exceeded()
         })));
+        // SAFETY: the context is alive (a field of this engine) and no JavaScript runs.
+        unsafe { rquickjs::qjs::JS_StartExecution(self.context.as_raw().as_ptr()) };
+    }
+
+    fn seal(&mut self) -> bool {
+        // Nothing queued or held but what the built-ins' boot left: the seal is what every
+        // execution starts from.
+        self.rejections.borrow_mut().clear();
+        self.heap.seal();
+        true
+    }
+
+    fn renew(&mut self) -> bool {
+        self.rejections.borrow_mut().clear();
+        // The last execution's handler holds its stop flag; the renewed heap has none set.
+        self.runtime.set_interrupt_handler(None);
+        self.stop = Arc::default();
+        self.heap.renew()
+    }
+
+    fn unseal(&mut self) {
+        self.heap.unseal();
     }
 
     fn evaluate_builtin(
@@ -131,13 +159,18 @@ impl Engine for QuickJs {
     }
 
     fn native_object(&mut self, ops: &[(&'static str, Op)]) -> Result<Handle, Thrown<Handle>> {
-        self.with(|ctx| {
+        let mut natives = Vec::with_capacity(ops.len());
+        let object = self.with(|ctx| {
             let object = Object::new(ctx.clone())?;
             for (name, op) in ops {
-                object.set(*name, native(ctx, op.clone())?)?;
+                let function = native(ctx, op.clone())?;
+                natives.push(Persistent::save(ctx, function.clone().into_value()));
+                object.set(*name, function)?;
             }
             Ok(object.into_value())
-        })
+        });
+        self.natives.extend(natives);
+        object
     }
 
     fn call(&mut self, function: &Handle, args: &[Arg<'_, Handle>]) -> Result<Handle, Thrown<Handle>> {
@@ -221,7 +254,7 @@ impl Engine for QuickJs {
 
 impl QuickJs {
     fn stopped(&self) -> bool {
-        self.stop.load(Ordering::Acquire) || self.account.exceeded()
+        self.stop.load(Ordering::Acquire) || self.heap.account.exceeded()
     }
 
     /// Run `f` in the context; a thrown value is kept, and anything after a stop is `Stopped`.
@@ -230,7 +263,7 @@ impl QuickJs {
         f: impl for<'js> FnOnce(&Ctx<'js>) -> rquickjs::Result<JsValue<'js>>,
     ) -> Result<Handle, Thrown<Handle>> {
         let stopped = self.stop.clone();
-        let account = self.account.clone();
+        let heap = self.heap.clone();
         self.context.with(|ctx| match f(&ctx) {
             Ok(value) => Ok(Persistent::save(&ctx, value)),
             Err(error) => {
@@ -240,7 +273,7 @@ impl QuickJs {
                         .map(|e| e.into_value())
                         .unwrap_or_else(|_| JsValue::new_undefined(ctx.clone())),
                 };
-                if stopped.load(Ordering::Acquire) || account.exceeded() {
+                if stopped.load(Ordering::Acquire) || heap.account.exceeded() {
                     return Err(Thrown::Stopped);
                 }
                 Err(Thrown::Value(Persistent::save(&ctx, thrown)))
@@ -470,6 +503,119 @@ mod tests {
         drop(engine);
         assert_eq!(ran.get(), 0, "teardown ran no job, callback, trap or getter");
         assert_eq!(Rc::strong_count(&ran), 1, "the native function's finalizer ran");
+        assert_eq!(budget.used(), 0, "every block went back");
+    }
+
+    /// A sealed engine armed for an execution: the budget it is charged to.
+    fn arm_sealed(engine: &mut QuickJs) -> Arc<Budget> {
+        let budget = Arc::new(Budget::new(256 << 20));
+        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default() });
+        budget
+    }
+
+    fn text_of(engine: &mut QuickJs, source: &str) -> String {
+        let value = engine.evaluate(source).unwrap_or_else(|_| panic!("the script {source}"));
+        match engine.read(&value) {
+            HostValue::String(text) => text,
+            other => panic!("{source} gave {other:?}"),
+        }
+    }
+
+    /// Whatever a program does to a renewed engine, the next execution finds it as it was
+    /// sealed: the same globals, prototypes and natives, and the same bytes charged.
+    #[test]
+    fn a_renewed_engine_is_the_sealed_one_whatever_the_last_program_did() {
+        let calls = Rc::new(std::cell::Cell::new(0));
+        let count = calls.clone();
+        let op: Op = Rc::new(move |_| {
+            count.set(count.get() + 1);
+            Ok(HostValue::String("from the host".into()))
+        });
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        let natives = engine.native_object(&[("op", op)]).expect("the natives");
+        let boot = engine
+            .evaluate("(natives) => { globalThis.natives = natives; globalThis.base = { n: 1 }; }")
+            .unwrap_or_else(|_| panic!("the boot"));
+        engine.call(&boot, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the boot ran"));
+        drop((boot, natives));
+        assert!(engine.seal());
+        let mut charged = None;
+        for round in 0..5 {
+            let budget = arm_sealed(&mut engine);
+            let held = budget.used();
+            assert_eq!(
+                *charged.get_or_insert(held),
+                held,
+                "round {round}: the same bytes charged when armed"
+            );
+            let seen = text_of(
+                &mut engine,
+                "JSON.stringify([typeof Object.prototype.polluted, base.n, typeof natives.op, natives.op(),
+                  typeof globalThis.left, Array.prototype.map.name, Object.isFrozen(Array.prototype)])",
+            );
+            assert_eq!(
+                seen, r#"["undefined",1,"function","from the host","undefined","map",false]"#,
+                "round {round}"
+            );
+            let hostile = engine
+                .evaluate(
+                    "Object.prototype.polluted = 1; base.n = 2; globalThis.left = 'x'.repeat(1 << 20);
+                     delete natives.op; natives = null; delete Array.prototype.map; Object.freeze(Array.prototype);
+                     globalThis.cycles = Array.from({ length: 10000 }, (_, i) => { const o = { i }; o.self = o; return o; });
+                     for (let i = 0; i < 100; i++) Promise.resolve(i).then(() => { throw i; });
+                     new FinalizationRegistry(() => {}).register({}, 1);
+                     'done'",
+                )
+                .unwrap_or_else(|_| panic!("the hostile program"));
+            assert_eq!(engine.read(&hostile), HostValue::String("done".into()));
+            drop(hostile);
+            assert!(budget.used() > held + (2 << 20), "round {round}: the program's memory is charged");
+            assert!(engine.renew(), "round {round}: renewed");
+        }
+        assert_eq!(calls.get(), 5, "the native ran once a round");
+        drop(engine);
+        assert_eq!(Rc::strong_count(&calls), 1, "the native function's finalizer ran at the end");
+    }
+
+    /// Each execution gets its own Math.random sequence and a time origin of its own, as
+    /// a new engine would, though its engine was made earlier and renewed since.
+    #[test]
+    fn a_renewed_engine_starts_random_and_its_clock_afresh() {
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        assert!(engine.seal());
+        let (mut sequences, mut origins) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            let _budget = arm_sealed(&mut engine);
+            let now = text_of(&mut engine, "String(performance.now() < 20)");
+            assert_eq!(now, "true", "performance.now() counts from when the execution started");
+            origins.push(
+                text_of(&mut engine, "String(performance.timeOrigin)").parse::<f64>().expect("a number"),
+            );
+            sequences.push(text_of(&mut engine, "String([Math.random(), Math.random()])"));
+            assert!(engine.renew());
+        }
+        assert!(sequences[0] != sequences[1] && sequences[1] != sequences[2], "{sequences:?}");
+        assert!(origins[1] - origins[0] >= 30.0 && origins[2] - origins[1] >= 30.0, "{origins:?}");
+    }
+
+    /// An engine unsealed after blocks of its seal were freed (a retained engine) gives
+    /// every byte back when it goes, and runs on as any engine meanwhile.
+    #[test]
+    fn an_unsealed_engine_gives_back_every_byte() {
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        let boot =
+            engine.evaluate("globalThis.big = 'y'.repeat(100000); 1").unwrap_or_else(|_| panic!("boot"));
+        drop(boot);
+        assert!(engine.seal());
+        let budget = arm_sealed(&mut engine);
+        let freed = engine.evaluate("globalThis.big = null; 2").unwrap_or_else(|_| panic!("free"));
+        drop(freed);
+        let held = budget.used();
+        engine.unseal();
+        assert_eq!(budget.used(), held, "unsealing frees only what was already counted freed");
+        assert!(!engine.renew(), "an unsealed engine is not renewed");
+        drop(engine);
         assert_eq!(budget.used(), 0, "every block went back");
     }
 }
