@@ -231,7 +231,7 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
         if warming {
             warming = false;
             let (memory, stack) = shared.warm_limits;
-            warm = catch_unwind(|| Warm::make(memory, stack)).ok().and_then(Result::ok);
+            warm = catch_unwind(|| Warm::make(memory, stack, true)).ok().and_then(Result::ok);
             let mut idle = lock(&shared.idle);
             // Still listed: no job came while the engine was made, so wait with it.
             if Idle::remove(&mut idle.warming, &door) {

@@ -336,7 +336,8 @@ impl<E: Engine> Execution<E> {
                 // V8 enters an isolate when it is made and leaves it when dropped, in
                 // reverse order: an unfit engine goes before its replacement is made.
                 drop(other);
-                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes)
+                // A retained engine is never renewed: no seal for it.
+                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes, !job.retain)
             }
         }));
         let mut warm = match warm {

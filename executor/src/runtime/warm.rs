@@ -29,9 +29,14 @@ pub(super) struct Builtins<V> {
 }
 
 impl<E: Engine> Warm<E> {
-    /// A warm engine for these limits. A built-in that throws is a bug of this crate, not
-    /// of any program: it is an internal failure.
-    pub(crate) fn make(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<Warm<E>, String> {
+    /// A warm engine for these limits, sealed when `seal` (so that it can be renewed after
+    /// its run). A built-in that throws is a bug of this crate, not of any program: it is
+    /// an internal failure.
+    pub(crate) fn make(
+        memory_limit_bytes: usize,
+        stack_limit_bytes: usize,
+        seal: bool,
+    ) -> Result<Warm<E>, String> {
         let failed = |what: &str| format!("the runtime's {what} did not evaluate on {}", E::NAME);
         let mut engine = E::new(memory_limit_bytes, stack_limit_bytes)?;
         let slot = StateSlot::default();
@@ -49,7 +54,9 @@ impl<E: Engine> Warm<E> {
         // the handles kept are held across it (a handle dropped after the seal would be a
         // count the renewed heap still has).
         drop((ops, boot, booted));
-        engine.seal();
+        if seal {
+            engine.seal();
+        }
         Ok(Warm { builtins: Builtins { configure, exports, codec }, slot, engine })
     }
 
