@@ -99,6 +99,12 @@ impl Executor {
         self.inner.pool.threads()
     }
 
+    /// Engines ready for the next executions, on idle threads: made ahead of demand (as
+    /// many as `workers`), or renewed after a run (a burst's, freed after a second idle).
+    pub fn warm_engines(&self) -> usize {
+        self.inner.pool.warm_engines()
+    }
+
     /// Engines that were still running one second after their deadline stopped them
     /// (each also wrote one line on stderr). Their threads hold only their own
     /// execution; new executions never wait for them. Zero unless an engine's builtin
@@ -107,7 +113,9 @@ impl Executor {
         self.inner.abandoned.load(Ordering::Relaxed)
     }
 
-    /// Run one program in a fresh engine, disposed the moment the run ends.
+    /// Run one program in a fresh engine: a new one, or one renewed byte for byte to its
+    /// state before any program ran in it (QuickJS), so nothing of an earlier execution
+    /// is left in it. The engine is freed, or renewed for the next, once the run ends.
     ///
     /// Never panics and never fails for anything the program does: the outcome says
     /// `result` or `error`, with the logs either way. Dropping the future ends the

@@ -24,6 +24,10 @@ use crate::runtime::{self, Job, Live, Warm};
 /// An idle thread beyond the kept ones leaves after this long without work.
 const IDLE_EXIT_AFTER: Duration = Duration::from_secs(10);
 
+/// A renewed engine beyond the kept warm ones (a burst's thread's) is freed after this
+/// long without work: it holds the engine and its seal's copy, about 400 KiB.
+const SURPLUS_WARM_FOR: Duration = Duration::from_secs(1);
+
 /// Stack of an execution thread beyond the engine's stack limit: room for the host's frames.
 const STACK_MARGIN_BYTES: usize = 8 << 20;
 
@@ -166,6 +170,11 @@ impl Pool {
     pub(crate) fn threads(&self) -> usize {
         self.shared.threads.load(Ordering::Acquire)
     }
+
+    /// Idle threads holding a warm engine.
+    pub(crate) fn warm_engines(&self) -> usize {
+        lock(&self.shared.idle).warm.len()
+    }
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -212,7 +221,7 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
             Some(Work::Run(job)) => {
                 // The engine is renewed (or dropped) once the host has the outcome, before
                 // this goes on: a renewed engine is this thread's next warm one.
-                warm = runtime::run::<E>(*job, warm.take());
+                warm = runtime::run::<E>(*job, warm.take(), !dedicated);
                 if dedicated {
                     return;
                 }
@@ -238,7 +247,30 @@ fn serve<E: Engine>(shared: &Arc<Shared>, first: Option<Job>, dedicated: bool) {
                 if warm.is_some() { idle.warm.push(door.clone()) } else { idle.cold.push(door.clone()) }
             }
         } else if warm.is_some() {
-            lock(&shared.idle).warm.push(door.clone());
+            let mut idle = lock(&shared.idle);
+            let surplus = !idle.short(shared.keep);
+            idle.warm.push(door.clone());
+            drop(idle);
+            if surplus {
+                match work.recv_timeout(SURPLUS_WARM_FOR) {
+                    Ok(got) => {
+                        next = Some(got);
+                        continue;
+                    }
+                    Err(_) => {
+                        let mut idle = lock(&shared.idle);
+                        if !Idle::remove(&mut idle.warm, &door) {
+                            // A submitter took this thread meanwhile: its work is in the channel.
+                            drop(idle);
+                            next = work.recv().ok();
+                            continue;
+                        }
+                        idle.cold.push(door.clone());
+                        drop(idle);
+                        warm = None;
+                    }
+                }
+            }
         } else {
             lock(&shared.idle).cold.push(door.clone());
         }

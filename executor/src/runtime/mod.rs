@@ -40,7 +40,7 @@ pub(crate) use cpus::cpus;
 pub(crate) use spin::MAX_ANSWER_SPIN;
 use timers::Timers;
 pub(crate) use warm::Warm;
-use warm::{Builtins, Kept};
+use warm::{Builtins, Kept, Taken};
 
 /// How long a retained engine's callback (a timer, a call's answer) may run once the run has settled.
 const LATE_CALLBACK_BUDGET: Duration = Duration::from_secs(1);
@@ -242,9 +242,10 @@ impl State {
 }
 
 /// Run one execution on this thread, from its entry scope to its end; its engine back,
-/// renewed, when it could be.
-pub(crate) fn run<E: Engine>(job: Job, warm: Option<Warm<E>>) -> Option<Warm<E>> {
-    let mut execution = match catch_unwind(AssertUnwindSafe(|| Execution::<E>::start(job, warm))) {
+/// renewed, when it could be and `renewable` (the thread runs others after it).
+pub(crate) fn run<E: Engine>(job: Job, warm: Option<Warm<E>>, renewable: bool) -> Option<Warm<E>> {
+    let start = || Execution::<E>::start(job, warm, renewable);
+    let mut execution = match catch_unwind(AssertUnwindSafe(start)) {
         Ok(execution) => execution,
         Err(_) => return None,
     };
@@ -290,7 +291,7 @@ impl<E: Engine> Drop for Execution<E> {
 }
 
 impl<E: Engine> Execution<E> {
-    fn start(job: Job, warm: Option<Warm<E>>) -> Execution<E> {
+    fn start(job: Job, warm: Option<Warm<E>>, renewable: bool) -> Execution<E> {
         let budget = Arc::new(Budget::new(job.limits.memory_limit_bytes));
         let state = Rc::new(RefCell::new(State {
             limits: job.limits.clone(),
@@ -337,7 +338,7 @@ impl<E: Engine> Execution<E> {
                 // reverse order: an unfit engine goes before its replacement is made.
                 drop(other);
                 // A retained engine is never renewed: no seal for it.
-                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes, !job.retain)
+                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes, renewable && !job.retain)
             }
         }));
         let mut warm = match warm {
@@ -362,13 +363,12 @@ impl<E: Engine> Execution<E> {
             execution.settle(Settlement::Failed(OutcomeKind::Internal, ENGINE_PANICKED.to_owned()));
             return execution;
         }
-        let (mut engine, builtins, kept) = warm.split();
-        if job.retain {
+        let Taken { builtins, kept, mut engine } = warm.take();
+        match kept {
+            Some(kept) if renewable && !job.retain => execution.kept = Some(kept),
             // A retained engine outlives its settlement and is never renewed: the memory
             // that keeps its seal goes now.
-            engine.unseal();
-        } else {
-            execution.kept = Some(kept);
+            _ => engine.unseal(),
         }
         execution.builtins = Some(builtins);
         execution.engine = Some(engine);

@@ -13,6 +13,8 @@ pub(crate) struct Warm<E: Engine> {
     pub(super) builtins: Builtins<E::Value>,
     /// Set to the execution's state when it starts; the ops read it from there.
     pub(super) slot: StateSlot,
+    /// Whether the engine was sealed, so that it can be renewed after its run.
+    sealed: bool,
     /// Declared last: the handles above go before it.
     pub(super) engine: E,
 }
@@ -54,17 +56,18 @@ impl<E: Engine> Warm<E> {
         // the handles kept are held across it (a handle dropped after the seal would be a
         // count the renewed heap still has).
         drop((ops, boot, booted));
-        if seal {
-            engine.seal();
-        }
-        Ok(Warm { builtins: Builtins { configure, exports, codec }, slot, engine })
+        let sealed = seal && engine.seal();
+        Ok(Warm { builtins: Builtins { configure, exports, codec }, slot, sealed, engine })
     }
 
-    /// Split for a run: the engine, the built-ins' handles for the run to use, and what
-    /// renews the engine after it.
-    pub(super) fn split(self) -> (E, Builtins<E::Value>, Kept<E::Value>) {
-        let Warm { builtins, slot, engine } = self;
-        (engine, builtins.clone(), Kept { builtins, slot })
+    /// Taken by a run: the built-ins' handles for it to use, what renews the engine after
+    /// it (if it was sealed), and the engine.
+    pub(super) fn take(self) -> Taken<E> {
+        let Warm { builtins, slot, sealed, engine } = self;
+        if !sealed {
+            return Taken { builtins, kept: None, engine };
+        }
+        Taken { builtins: builtins.clone(), kept: Some(Kept { builtins, slot }), engine }
     }
 
     /// The engine of an ended run, renewed to the state it was sealed in (nothing of the
@@ -73,7 +76,7 @@ impl<E: Engine> Warm<E> {
     pub(super) fn renew(mut engine: E, kept: Kept<E::Value>) -> Option<Warm<E>> {
         kept.slot.empty();
         if engine.renew() {
-            return Some(Warm { builtins: kept.builtins, slot: kept.slot, engine });
+            return Some(Warm { builtins: kept.builtins, slot: kept.slot, sealed: true, engine });
         }
         // Handles go before their engine.
         drop(kept);
@@ -92,4 +95,11 @@ impl<E: Engine> Warm<E> {
 pub(super) struct Kept<V> {
     builtins: Builtins<V>,
     slot: StateSlot,
+}
+
+/// A warm engine as a run takes it; the handles are declared before their engine.
+pub(super) struct Taken<E: Engine> {
+    pub(super) builtins: Builtins<E::Value>,
+    pub(super) kept: Option<Kept<E::Value>>,
+    pub(super) engine: E,
 }

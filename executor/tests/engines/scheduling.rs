@@ -158,3 +158,35 @@ async fn a_thread_waiting_awake_for_answers_runs_its_timers_and_meets_its_deadli
         .await;
     assert_eq!(json(&waiting), r#"{"error":"Execution timed out after 300 ms.","kind":"timeout","logs":[]}"#);
 }
+
+/// A burst's threads keep their engines renewed for the next burst, but only for a
+/// second: then only the kept warm engines (one per worker) stay. V8 renews none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bursts_renewed_engines_are_freed_after_a_second_idle() {
+    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let runs: Vec<_> = (0..8)
+        .map(|_| {
+            let executor = executor.clone();
+            tokio::spawn(async move { executor.execute(Request::new("async () => 1")).await })
+        })
+        .collect();
+    for run in runs {
+        assert_eq!(json(&run.await.unwrap()), r#"{"result":1,"logs":[]}"#);
+    }
+    let until = |want: fn(usize) -> bool, within: Duration| {
+        let executor = executor.clone();
+        async move {
+            let deadline = Instant::now() + within;
+            while !want(executor.warm_engines()) {
+                assert!(Instant::now() < deadline, "warm engines: {}", executor.warm_engines());
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+    };
+    if crate::support::engine() == codemode_executor::EngineKind::QuickJs {
+        until(|warm| warm >= 2, Duration::from_millis(900)).await;
+    }
+    until(|warm| warm == 1, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(executor.warm_engines(), 1, "the kept one stays");
+}

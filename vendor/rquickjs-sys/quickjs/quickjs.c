@@ -63896,20 +63896,20 @@ static const JSCFunctionListEntry js_perf_proto_funcs[] = {
 
 /* codemode-rs: a context made ahead of its execution, or renewed from a copy of its
    memory (the executor's engine/quickjs/alloc.rs), starts its execution where a new one
-   would differ: Math.random's state, and performance's time origin (performance.now()
-   and performance.timeOrigin). The time origin is a read-only property, so it is
-   written in place; after a program has run the context is renewed before this, so the
-   property is the one JS_AddPerformance defined. */
-void JS_StartExecution(JSContext *ctx)
+   would differ: Math.random's state (from the embedder's `seed`, not the clock, which two
+   executions armed in the same microsecond would share), and performance's time origin
+   (performance.now() and performance.timeOrigin). The time origin is a read-only
+   property, so it is written in place; after a program has run the context is renewed
+   before this, so the property is the one JS_AddPerformance defined. */
+void JS_StartExecution(JSContext *ctx, uint64_t seed)
 {
     JSValue performance;
     JSAtom atom;
     JSProperty *pr;
     JSShapeProperty *prs;
 
-    ctx->random_state = js__gettimeofday_us();
-    if (ctx->random_state == 0)
-        ctx->random_state = 1;
+    /* the state must be non zero */
+    ctx->random_state = seed ? seed : 1;
     ctx->time_origin = js__now_ms();
     performance = JS_GetPropertyStr(ctx, ctx->global_obj, "performance");
     if (JS_IsException(performance)) {

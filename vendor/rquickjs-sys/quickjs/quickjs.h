@@ -524,7 +524,7 @@ JS_EXTERN void JS_FreeRuntime(JSRuntime *rt);
 /* codemode-rs: see quickjs.c */
 JS_EXTERN void JS_SetDiscardOnFree(JSRuntime *rt);
 /* codemode-rs: see quickjs.c */
-JS_EXTERN void JS_StartExecution(JSContext *ctx);
+JS_EXTERN void JS_StartExecution(JSContext *ctx, uint64_t seed);
 JS_EXTERN void *JS_GetRuntimeOpaque(JSRuntime *rt);
 JS_EXTERN void JS_SetRuntimeOpaque(JSRuntime *rt, void *opaque);
 JS_EXTERN int JS_AddRuntimeFinalizer(JSRuntime *rt,

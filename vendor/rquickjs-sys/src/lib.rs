@@ -32,6 +32,6 @@ unsafe extern "C" {
     /// Leave the runtime to its allocator to free at once: see `quickjs.c`.
     pub fn JS_SetDiscardOnFree(rt: *mut JSRuntime);
     /// Start an execution afresh in a context made or renewed ahead of it (Math.random's
-    /// state, performance's time origin): see `quickjs.c` (PATCHES.md, section 11).
-    pub fn JS_StartExecution(ctx: *mut JSContext);
+    /// state from `seed`, performance's time origin): see `quickjs.c` (PATCHES.md, section 11).
+    pub fn JS_StartExecution(ctx: *mut JSContext, seed: u64);
 }

@@ -4,6 +4,7 @@
 //! put back as it was sealed (its blocks' bytes copied back) for the next execution.
 
 use std::cell::{Cell, RefCell};
+use std::mem::MaybeUninit;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -59,8 +60,8 @@ impl Account {
 /// [`Link`], and the seal, if any.
 ///
 /// Sealing remembers every block held and copies their bytes. From then on QuickJS's
-/// frees of those blocks are only counted (the blocks stay where they are), and what it
-/// allocates is new blocks in the list. Renewing frees the new blocks and copies the
+/// frees of those blocks are only marked (the blocks stay where they are, and charged),
+/// and what it allocates is new blocks in the list. Renewing frees the new blocks and copies the
 /// sealed bytes back: every sealed block is where it was and as it was, so the engine is
 /// byte for byte the one that was sealed, and every pointer in it is as valid as it was.
 #[derive(Default)]
@@ -71,10 +72,11 @@ pub(super) struct Heap {
     seal: RefCell<Option<Seal>>,
 }
 
-/// The blocks held when the heap was sealed, and a copy of each, headers included.
+/// The blocks held when the heap was sealed, and a copy of each, headers included (as
+/// bytes that may be uninitialized: a block's unused tail is copied as it is).
 struct Seal {
     blocks: Vec<(*mut Link, usize)>,
-    bytes: Vec<u8>,
+    bytes: Box<[MaybeUninit<u8>]>,
     /// What the account counted held at the seal.
     used: usize,
 }
@@ -115,10 +117,18 @@ impl Heap {
                 block = older;
             }
         }
-        let mut bytes = Vec::with_capacity(total);
+        let mut bytes = Box::new_uninit_slice(total);
+        let mut to = 0;
         for &(block, size) in &blocks {
-            // SAFETY: a live block of `size` usable bytes.
-            bytes.extend_from_slice(unsafe { std::slice::from_raw_parts(block.cast::<u8>(), size) });
+            // SAFETY: a live block of `size` usable bytes, and room for them at `to`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    block.cast::<MaybeUninit<u8>>(),
+                    bytes.as_mut_ptr().add(to),
+                    size,
+                )
+            };
+            to += size;
         }
         *seal = Some(Seal { blocks, bytes, used: self.account.used.get() });
     }
@@ -134,7 +144,13 @@ impl Heap {
         for &(block, size) in &seal.blocks {
             // SAFETY: a sealed block is never given back to the C allocator while sealed,
             // and its copy is `size` bytes at `from`.
-            unsafe { std::ptr::copy_nonoverlapping(seal.bytes.as_ptr().add(from), block.cast::<u8>(), size) };
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    seal.bytes.as_ptr().add(from),
+                    block.cast::<MaybeUninit<u8>>(),
+                    size,
+                )
+            };
             from += size;
         }
         self.account.used.set(seal.used);
@@ -142,13 +158,15 @@ impl Heap {
     }
 
     /// Give up the seal: the copy is freed, the sealed blocks QuickJS freed since go back
-    /// to the C allocator, and the rest are held as any other.
+    /// to the C allocator (counted freed only now: they were held until now), and the
+    /// rest are held as any other.
     pub(super) fn unseal(&self) {
         let Some(seal) = self.seal.borrow_mut().take() else { return };
-        for (block, _) in seal.blocks {
+        for (block, size) in seal.blocks {
             // SAFETY: a sealed block of this heap, live in the C allocator.
             unsafe {
                 if (*block).older == LET_GO {
+                    self.account.freed(size);
                     libc::free(block.cast());
                 } else {
                     self.hold(block);
@@ -285,11 +303,10 @@ unsafe impl Allocator for Counting {
         }
         let block = block_of(ptr);
         // SAFETY: the caller hands back a live pointer of this allocator. A sealed block
-        // stays where it is for the renewal: it is only counted as freed.
+        // stays where it is, and is still charged, until the renewal or the unseal.
         unsafe {
             if (*block).newer == SEALED {
                 (*block).older = LET_GO;
-                self.heap.account.freed(usable(block.cast()));
                 return;
             }
             self.heap.release(block);
@@ -307,7 +324,8 @@ unsafe impl Allocator for Counting {
         let old = usable(block.cast());
         // SAFETY: the caller hands a live pointer of this allocator.
         if unsafe { (*block).newer } == SEALED {
-            // A sealed block cannot move or grow: its bytes go to a new block, and it is let go.
+            // A sealed block cannot move or grow: its bytes go to a new block, and it is let go
+            // (still charged: it stays where it is until the renewal or the unseal).
             let moved = self.alloc(new_size);
             if !moved.is_null() {
                 // SAFETY: both are live; the new block holds `new_size` bytes, the old `old - LINK`.

@@ -10,8 +10,9 @@
 mod alloc;
 mod strings;
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -38,6 +39,9 @@ pub(crate) struct QuickJs {
     /// The native functions made in this engine, each held from here: a sealed heap
     /// points to their Rust closures, so no program may have them finalized before a renewal.
     natives: Vec<Handle>,
+    /// Set when a native function panicked: rquickjs keeps the panic to raise it at the next
+    /// exception, so this engine is never renewed for another execution.
+    poisoned: Rc<Cell<bool>>,
     heap: Rc<Heap>,
     stop: Arc<AtomicBool>,
     context: Context,
@@ -84,8 +88,15 @@ impl Engine for QuickJs {
             });
         })));
         #[allow(unused_mut)]
-        let mut engine =
-            QuickJs { rejections, natives: Vec::new(), heap, stop: Arc::default(), context, runtime };
+        let mut engine = QuickJs {
+            rejections,
+            natives: Vec::new(),
+            poisoned: Rc::default(),
+            heap,
+            stop: Arc::default(),
+            context,
+            runtime,
+        };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
@@ -105,7 +116,7 @@ impl Engine for QuickJs {
             stop.load(Ordering::Relaxed) || heap.account.exceeded()
         })));
         // SAFETY: the context is alive (a field of this engine) and no JavaScript runs.
-        unsafe { rquickjs::qjs::JS_StartExecution(self.context.as_raw().as_ptr()) };
+        unsafe { rquickjs::qjs::JS_StartExecution(self.context.as_raw().as_ptr(), fastrand::u64(..)) };
     }
 
     fn seal(&mut self) -> bool {
@@ -121,6 +132,9 @@ impl Engine for QuickJs {
         // The last execution's handler holds its stop flag; the renewed heap has none set.
         self.runtime.set_interrupt_handler(None);
         self.stop = Arc::default();
+        if self.poisoned.get() {
+            return false;
+        }
         self.heap.renew()
     }
 
@@ -160,10 +174,11 @@ impl Engine for QuickJs {
 
     fn native_object(&mut self, ops: &[(&'static str, Op)]) -> Result<Handle, Thrown<Handle>> {
         let mut natives = Vec::with_capacity(ops.len());
+        let poisoned = self.poisoned.clone();
         let object = self.with(|ctx| {
             let object = Object::new(ctx.clone())?;
             for (name, op) in ops {
-                let function = native(ctx, op.clone())?;
+                let function = native(ctx, op.clone(), poisoned.clone())?;
                 natives.push(Persistent::save(ctx, function.clone().into_value()));
                 object.set(*name, function)?;
             }
@@ -282,13 +297,18 @@ impl QuickJs {
     }
 }
 
-/// An op as a JavaScript function: arguments copied out, the answer copied in, an `Err` thrown.
-fn native<'js>(ctx: &Ctx<'js>, op: Op) -> rquickjs::Result<Function<'js>> {
+/// An op as a JavaScript function: arguments copied out, the answer copied in, an `Err`
+/// thrown. A panic marks the engine `poisoned` on its way to rquickjs, which raises it later.
+fn native<'js>(ctx: &Ctx<'js>, op: Op, poisoned: Rc<Cell<bool>>) -> rquickjs::Result<Function<'js>> {
     Function::new(
         ctx.clone(),
         move |ctx: Ctx<'js>, args: Rest<JsValue<'js>>| -> rquickjs::Result<JsValue<'js>> {
             let args = args.0.iter().map(|value| to_host(&ctx, value)).collect();
-            match op(args) {
+            let answer = std::panic::catch_unwind(AssertUnwindSafe(|| op(args))).unwrap_or_else(|panic| {
+                poisoned.set(true);
+                std::panic::resume_unwind(panic)
+            });
+            match answer {
                 Ok(value) => from_host(&ctx, value),
                 Err(text) => Err(Exception::throw_message(&ctx, &text)),
             }
@@ -613,9 +633,28 @@ mod tests {
         drop(freed);
         let held = budget.used();
         engine.unseal();
-        assert_eq!(budget.used(), held, "unsealing frees only what was already counted freed");
+        assert!(held - budget.used() > 100_000, "the sealed string is charged until the unseal frees it");
         assert!(!engine.renew(), "an unsealed engine is not renewed");
         drop(engine);
         assert_eq!(budget.used(), 0, "every block went back");
+    }
+
+    /// rquickjs keeps a native function's panic to raise at the engine's next exception,
+    /// even when JavaScript caught the error it became: such an engine is freed, never
+    /// renewed into another execution's.
+    #[test]
+    fn an_engine_whose_native_panicked_is_not_renewed() {
+        let op: Op = Rc::new(|_| panic!("a bug in an op"));
+        let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
+        let natives = engine.native_object(&[("op", op)]).expect("the natives");
+        assert!(engine.seal());
+        let _budget = arm_sealed(&mut engine);
+        let catching = engine
+            .evaluate("(natives) => { try { natives.op(); } catch { return 'caught'; } }")
+            .unwrap_or_else(|_| panic!("the script"));
+        let caught = engine.call(&catching, &[Arg::Value(&natives)]).unwrap_or_else(|_| panic!("the call"));
+        assert_eq!(engine.read(&caught), HostValue::String("caught".into()));
+        drop((caught, catching, natives));
+        assert!(!engine.renew(), "not renewed");
     }
 }
