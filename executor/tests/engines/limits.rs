@@ -84,6 +84,18 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
         );
         assert_eq!(json(&run(Request::new("async () => 'fine'")).await), r#"{"result":"fine","logs":[]}"#);
     }
+    // An object's properties grown past the limit: QuickJS once ran its collector while
+    // the object's shape was off its list, and the process died (at 4 MiB, not at 16).
+    for mib in [4, 16] {
+        let code = "async () => { const o = {}; for (let i = 0; ; i++) o['k' + i] = i }";
+        assert_eq!(
+            json(&run(Request::new(code).memory_limit_bytes(mib << 20)).await),
+            format!(
+                r#"{{"error":"Execution ran out of memory: the limit is {} bytes.","kind":"memory","logs":[]}}"#,
+                mib << 20
+            ),
+        );
+    }
     // A string past the engine's longest is the language's own RangeError, which a program
     // may catch: it is the program's error, not the budget's.
     let doubling =
