@@ -93,11 +93,14 @@ async fn nothing_one_execution_does_reaches_the_next_on_its_thread() {
     };
     let look = "[typeof Object.prototype.polluted, typeof globalThis.left, [1, 2].map((x) => x * 2),
         JSON.stringify({ a: 1 }), typeof store.hidden, Object.isFrozen(Object.prototype),
-        typeof console.log, Promise.prototype.then.name, typeof store.late, Math.random()]";
+        typeof console.log, Promise.prototype.then.name, typeof store.late, typeof globalThis.g1,
+        Error.stackTraceLimit, typeof new TextEncoder().polluted, Math.random()]";
     let pollute =
         "Object.prototype.polluted = 1; globalThis.left = 'x'; Array.prototype.map = () => 'hijacked';
         JSON.stringify = () => 'forged'; store.hidden = 1; delete store.late; console.log = null;
-        Promise.prototype.then = function () { return 'hijacked'; }; Object.freeze(Object.prototype);";
+        Promise.prototype.then = function () { return 'hijacked'; }; TextEncoder.prototype.polluted = 1;
+        for (let i = 0; i < 30000; i++) globalThis['g' + i] = i; Error.stackTraceLimit = 0;
+        Object.freeze(Object.prototype);";
     let endings = [
         "return seen;",
         "throw new Error('thrown');",
@@ -123,11 +126,11 @@ async fn nothing_one_execution_does_reaches_the_next_on_its_thread() {
                 let value: serde_json::Value = serde_json::from_str(&text).unwrap();
                 let seen = value["result"].as_array().unwrap_or_else(|| panic!("round {round}: {text}"));
                 assert_eq!(
-                    serde_json::Value::Array(seen[..9].to_vec()).to_string(),
-                    r#"["undefined","undefined",[2,4],"{\"a\":1}","function",false,"function","then","function"]"#,
+                    serde_json::Value::Array(seen[..12].to_vec()).to_string(),
+                    r#"["undefined","undefined",[2,4],"{\"a\":1}","function",false,"function","then","function","undefined",10,"undefined"]"#,
                     "round {round}"
                 );
-                randoms.insert(seen[9].to_string());
+                randoms.insert(seen[12].to_string());
             }
             1 => assert!(text.starts_with(r#"{"error":"thrown","kind":"thrown","#), "round {round}: {text}"),
             5 => assert_eq!(
