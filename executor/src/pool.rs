@@ -6,9 +6,9 @@
 //! of demand on idle threads, the runtime's built-ins booted in them), and a job goes to
 //! a thread holding one first; taking one sets an idle thread to making the next. A thread
 //! whose run ended keeps its engine renewed (where the engine can be) as its next warm
-//! one, instead of freeing it and making another. A thread
-//! stuck in a native call past its deadline holds only its own execution: new executions
-//! take other threads, so capacity never shrinks.
+//! one, instead of freeing it and making another. A thread stuck in a native call past
+//! its deadline holds only its own execution: new executions take other threads, so
+//! capacity never shrinks.
 
 use std::panic::catch_unwind;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -292,6 +292,8 @@ impl<E: Engine> Drop for Execution<E> {
 
 impl<E: Engine> Execution<E> {
     fn start(job: Job, warm: Option<Warm<E>>, renewable: bool) -> Execution<E> {
+        // A retained engine outlives its settlement and is never renewed.
+        let renews = renewable && !job.retain;
         let budget = Arc::new(Budget::new(job.limits.memory_limit_bytes));
         let state = Rc::new(RefCell::new(State {
             limits: job.limits.clone(),
@@ -337,8 +339,7 @@ impl<E: Engine> Execution<E> {
                 // V8 enters an isolate when it is made and leaves it when dropped, in
                 // reverse order: an unfit engine goes before its replacement is made.
                 drop(other);
-                // A retained engine is never renewed: no seal for it.
-                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes, renewable && !job.retain)
+                Warm::make(limits.memory_limit_bytes, limits.stack_limit_bytes, renews)
             }
         }));
         let mut warm = match warm {
@@ -365,9 +366,8 @@ impl<E: Engine> Execution<E> {
         }
         let Taken { builtins, kept, mut engine } = warm.take();
         match kept {
-            Some(kept) if renewable && !job.retain => execution.kept = Some(kept),
-            // A retained engine outlives its settlement and is never renewed: the memory
-            // that keeps its seal goes now.
+            Some(kept) if renews => execution.kept = Some(kept),
+            // The memory that keeps the seal of an engine never renewed goes now.
             _ => engine.unseal(),
         }
         execution.builtins = Some(builtins);
