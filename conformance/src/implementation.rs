@@ -1,15 +1,15 @@
-//! Implementations under test: the built-in executor in-process on an engine, any program
-//! that speaks the wire protocol on stdin and stdout, a daemon to connect to, and the
-//! built-in daemon (`codemode serve`) started for the run.
+//! Implementations under test: any `Execute` (the built-in executor in-process or under
+//! process isolation, a daemon to connect to), any program that speaks the wire protocol
+//! on stdin and stdout, and the built-in daemon (`codemode serve`) started for the run.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use codemode_executor::{EngineKind, Executor, ExecutorConfig, Request};
+use codemode_executor::{EngineKind, Execute, Executor, ExecutorConfig, Request};
 use codemode_protocol::wire::{ClientMessage, Hello, ServerMessage};
-use codemode_protocol::{Dispatch, ExecuteRequest, Outcome};
+use codemode_protocol::{Dispatch, ExecuteRequest, Outcome, OutcomeKind};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
@@ -30,49 +30,53 @@ pub trait Implementation: Send + Sync {
     ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>>;
 }
 
-/// The built-in executor, in this process, on one engine.
-pub struct InProcess {
+/// Any implementation of the executor's [`Execute`]: the built-in executor in-process
+/// or under process isolation, or a daemon through `RemoteExecutor`. One adapter for all:
+/// `Execute` is the whole contract, retained runs included.
+pub struct Executes {
     name: String,
-    engine: EngineKind,
-    executor: Executor,
+    engine: String,
+    executor: Arc<dyn Execute>,
 }
 
-impl InProcess {
-    /// The built-in executor with its default configuration (QuickJS).
-    pub fn new() -> InProcess {
-        InProcess::with_engine(EngineKind::default())
+impl Executes {
+    /// `executor`, named `name` in reports, whose outcomes are `engine`'s.
+    pub fn new(name: impl Into<String>, engine: &str, executor: impl Execute + 'static) -> Executes {
+        Executes { name: name.into(), engine: engine.to_owned(), executor: Arc::new(executor) }
     }
 
-    /// The built-in executor with its default configuration on `engine`.
-    pub fn with_engine(engine: EngineKind) -> InProcess {
-        InProcess {
-            name: format!("built-in on {}, in-process", engine.name()),
-            engine,
-            executor: Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() }),
-        }
+    /// The built-in executor in this process with its default configuration (QuickJS).
+    pub fn in_process() -> Executes {
+        Executes::on(EngineKind::default())
     }
-}
 
-impl InProcess {
-    /// The built-in executor configured as given (process isolation, say), named `name`.
-    pub fn with_executor(name: impl Into<String>, engine: EngineKind, executor: Executor) -> InProcess {
-        InProcess { name: name.into(), engine, executor }
+    /// The built-in executor in this process with its default configuration on `engine`.
+    pub fn on(engine: EngineKind) -> Executes {
+        let executor = Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() });
+        Executes::new(format!("built-in on {}, in-process", engine.name()), engine.name(), executor)
     }
-}
 
-impl Default for InProcess {
-    fn default() -> InProcess {
-        InProcess::new()
+    /// A daemon at `address` (`unix:PATH` or `tcp:HOST:PORT`) with `token`, through
+    /// `RemoteExecutor`; `engine` names the daemon's engine.
+    pub async fn connect(address: &str, token: Option<&str>, engine: &str) -> Result<Executes, String> {
+        let executor = codemode_executor::RemoteExecutor::connect(address, token).await?;
+        Ok(Executes::new(format!("daemon at {address}"), engine, executor))
     }
 }
 
-impl Implementation for InProcess {
+impl Default for Executes {
+    fn default() -> Executes {
+        Executes::in_process()
+    }
+}
+
+impl Implementation for Executes {
     fn name(&self) -> &str {
         &self.name
     }
 
     fn engine(&self) -> &str {
-        self.engine.name()
+        &self.engine
     }
 
     fn run<'a>(
@@ -83,12 +87,16 @@ impl Implementation for InProcess {
         Box::pin(async move {
             let retain = request.retain_handles;
             let request = Request::from_wire(request, Some(host));
-            if retain {
-                let (outcome, retained) = self.executor.execute_retained(request).await;
-                keep_for_grace(retained);
-                Ok(outcome)
-            } else {
-                Ok(self.executor.execute(request).await)
+            if !retain {
+                return Ok(self.executor.execute(request).await);
+            }
+            match self.executor.execute_retained(request).await {
+                Ok((outcome, retained)) => {
+                    keep_for_grace(retained);
+                    Ok(outcome)
+                }
+                // As a daemon answers a retained execute it cannot keep.
+                Err(refused) => Ok(Outcome::failure(OutcomeKind::Invalid, refused.to_string(), Vec::new())),
             }
         })
     }
@@ -219,48 +227,6 @@ fn keep_for_grace(retained: codemode_executor::RetainedExecution) {
     });
 }
 
-/// An executor behind a daemon (`codemode serve`), reached with `RemoteExecutor`.
-pub struct Remote {
-    name: String,
-    engine: String,
-    executor: codemode_executor::RemoteExecutor,
-}
-
-impl Remote {
-    /// Connect to `address` (`unix:PATH` or `tcp:HOST:PORT`) with `token`.
-    pub async fn connect(address: &str, token: Option<&str>, engine: &str) -> Result<Remote, String> {
-        let executor = codemode_executor::RemoteExecutor::connect(address, token).await?;
-        Ok(Remote { name: format!("daemon at {address}"), engine: engine.to_owned(), executor })
-    }
-}
-
-impl Implementation for Remote {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn engine(&self) -> &str {
-        &self.engine
-    }
-
-    fn run<'a>(
-        &'a self,
-        request: ExecuteRequest,
-        host: Host,
-    ) -> Pin<Box<dyn Future<Output = Result<Outcome, String>> + Send + 'a>> {
-        Box::pin(async move {
-            let retain = request.retain_handles;
-            let request = Request::from_wire(request, Some(host));
-            if !retain {
-                return Ok(self.executor.execute(request).await);
-            }
-            let (outcome, retained) = self.executor.execute_retained(request).await;
-            keep_for_grace(retained);
-            Ok(outcome)
-        })
-    }
-}
-
 /// Where a started daemon listens.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Listen {
@@ -280,7 +246,7 @@ pub enum Listen {
 /// runner and reached with `RemoteExecutor`; killed when dropped.
 pub struct Served {
     name: String,
-    remote: Remote,
+    remote: Executes,
     _child: tokio::process::Child,
     leftovers: Vec<PathBuf>,
 }
@@ -342,7 +308,7 @@ impl Served {
         .ok_or_else(|| format!("`{command}` did not start listening: {}", said.join("\n")))?;
         // Its log lines go on being read, so the daemon never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        let remote = Remote::connect(&address, token.as_deref(), engine.name()).await?;
+        let remote = Executes::connect(&address, token.as_deref(), engine.name()).await?;
         let name = format!("codemode serve --engine {} at {address}", engine.name());
         Ok(Served { name, remote, _child: child, leftovers })
     }

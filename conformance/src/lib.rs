@@ -5,7 +5,7 @@
 //! the outcome; [`run_case`] plays the host and compares:
 //!
 //! ```
-//! use codemode_conformance::{InProcess, Transcript, run_case};
+//! use codemode_conformance::{Executes, Transcript, run_case};
 //!
 //! let transcript: Transcript = serde_json::from_str(
 //!     r#"{
@@ -25,7 +25,7 @@
 //! )
 //! .unwrap();
 //! let runtime = tokio::runtime::Runtime::new().unwrap();
-//! assert_eq!(runtime.block_on(run_case(&InProcess::new(), &transcript)), Ok(()));
+//! assert_eq!(runtime.block_on(run_case(&Executes::in_process(), &transcript)), Ok(()));
 //! ```
 //!
 //! The suite itself is `transcripts/` in this package ([`load_dir`]); the
@@ -38,7 +38,7 @@ pub mod runner;
 pub mod transcript;
 
 pub use expected::{ExpectedFailure, Verdict, judge, load_expected_failures};
-pub use implementation::{Implementation, InProcess, Listen, Remote, Served, Subprocess};
+pub use implementation::{Executes, Implementation, Listen, Served, Subprocess};
 pub use runner::{Failure, run_case};
 pub use transcript::{Exchange, LoadError, Transcript, load, load_dir};
 

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use codemode_conformance::{
-    ExpectedFailure, Implementation, InProcess, Remote, Subprocess, Verdict, judge, load_dir,
-    load_expected_failures, run_case,
+    Executes, ExpectedFailure, Implementation, Subprocess, Verdict, judge, load_dir, load_expected_failures,
+    run_case,
 };
 
 /// The flags, as docs/conformance.md documents them.
@@ -110,7 +110,7 @@ fn main() -> ExitCode {
             }
         },
         (None, Some(address)) => {
-            match runtime.block_on(Remote::connect(address, token.as_deref(), &args.engine)) {
+            match runtime.block_on(Executes::connect(address, token.as_deref(), &args.engine)) {
                 Ok(remote) => Box::new(remote),
                 Err(problem) => {
                     eprintln!("codemode-conformance: {problem}");
@@ -119,7 +119,7 @@ fn main() -> ExitCode {
             }
         }
         (None, None) => match args.engine.parse() {
-            Ok(engine) => Box::new(InProcess::with_engine(engine)),
+            Ok(engine) => Box::new(Executes::on(engine)),
             Err(problem) => {
                 eprintln!("codemode-conformance: {problem}");
                 return ExitCode::from(2);

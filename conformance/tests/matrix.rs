@@ -16,10 +16,10 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use codemode_conformance::{
-    ExpectedFailure, Implementation, InProcess, Listen, Served, Subprocess, Transcript, Verdict, judge,
+    Executes, ExpectedFailure, Implementation, Listen, Served, Subprocess, Transcript, Verdict, judge,
     load_dir, load_expected_failures, run_case,
 };
-use codemode_executor::{Confinement, EngineKind, Executor, ExecutorConfig, Isolation, WorkerCommand};
+use codemode_executor::{Confinement, EngineKind, ExecutorConfig, ProcessExecutor, WorkerCommand};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 /// How the implementation under test is reached.
@@ -108,7 +108,7 @@ impl Matrix {
         Ok(match transport {
             Transport::InProcess => {
                 let _inside = self.runtime.enter();
-                Arc::new(InProcess::with_engine(engine))
+                Arc::new(Executes::on(engine))
             }
             Transport::Stdio => Arc::new(Subprocess::codemode_stdio(&self.codemode()?, engine)),
             Transport::Unix => {
@@ -128,12 +128,11 @@ impl Matrix {
                 let command = WorkerCommand { program: self.codemode()?, args };
                 let config = ExecutorConfig {
                     engine,
-                    isolation: Isolation::Process(command),
                     confinement: Confinement::Required,
                     ..ExecutorConfig::default()
                 };
                 let name = format!("built-in on {}, process isolation, confined", engine.name());
-                Arc::new(InProcess::with_executor(name, engine, Executor::new(config)))
+                Arc::new(Executes::new(name, engine.name(), ProcessExecutor::new(config, command)))
             }
         })
     }

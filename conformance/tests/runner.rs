@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use codemode_conformance::{
-    ExpectedFailure, Failure, InProcess, Transcript, Verdict, judge, load_dir, run_case,
+    Executes, ExpectedFailure, Failure, Transcript, Verdict, judge, load_dir, run_case,
 };
 
 fn suite() -> Vec<(PathBuf, Transcript)> {
@@ -16,7 +16,7 @@ fn suite() -> Vec<(PathBuf, Transcript)> {
 #[tokio::test]
 async fn the_runner_fails_a_wrong_outcome_a_stray_call_and_a_missing_call() {
     let (_, mut transcript) = suite().into_iter().find(|(p, _)| p.ends_with("undeclared-tool.json")).unwrap();
-    let implementation = InProcess::new();
+    let implementation = Executes::in_process();
     assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
 
     let mut wrong = transcript.clone();
@@ -88,7 +88,7 @@ fn a_transcript_asking_for_events_is_refused() {
 async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
     let (_, mut transcript) =
         suite().into_iter().find(|(p, _)| p.ends_with("outcome-thrown-timeout-text.json")).unwrap();
-    let implementation = InProcess::new();
+    let implementation = Executes::in_process();
     assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
     transcript.outcome = codemode_protocol::Outcome::failure(
         codemode_protocol::OutcomeKind::Timeout,
@@ -106,7 +106,7 @@ async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
 async fn a_location_is_compared_where_the_transcript_names_one() {
     let (_, mut transcript) =
         suite().into_iter().find(|(p, _)| p.ends_with("location-thrown-line-three.json")).unwrap();
-    let implementation = InProcess::new();
+    let implementation = Executes::in_process();
     assert_eq!(run_case(&implementation, &transcript).await, Ok(()));
     let named = transcript.outcome.location();
     // Another place fails the case ...

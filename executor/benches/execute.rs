@@ -55,11 +55,8 @@ fn benches(c: &mut Criterion) {
 
     let command =
         codemode_executor::WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let isolated = Executor::new(ExecutorConfig {
-        workers: 1,
-        isolation: codemode_executor::Isolation::Process(command),
-        ..Default::default()
-    });
+    let isolated =
+        codemode_executor::ProcessExecutor::new(ExecutorConfig { workers: 1, ..Default::default() }, command);
     let mut group = c.benchmark_group("process isolation");
     group.bench_function("async () => 1 in a worker process", |b| {
         b.iter(|| rt.block_on(isolated.execute(Request::new("async () => 1"))))
@@ -83,12 +80,8 @@ fn benches(c: &mut Criterion) {
                 program: common::codemode_binary(),
                 args: vec!["stdio".into()],
             };
-            Executor::new(ExecutorConfig {
-                workers: 1,
-                isolation: codemode_executor::Isolation::Process(command),
-                confinement,
-                ..Default::default()
-            })
+            let config = ExecutorConfig { workers: 1, confinement, ..Default::default() };
+            codemode_executor::ProcessExecutor::new(config, command)
         };
         let check = rt.block_on(executor_at().execute(Request::new("async () => 1")));
         assert_eq!(check.to_json_string(), r#"{"result":1,"logs":[]}"#, "{level}");

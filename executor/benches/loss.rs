@@ -10,7 +10,7 @@ mod common;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Execute, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{Execute, ExecutorConfig, ProcessExecutor, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 const SEQUENTIAL: usize = 10_000;
@@ -23,11 +23,7 @@ fn main() -> ExitCode {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (daemon, path) = common::serve("loss");
     let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let isolated = Executor::new(ExecutorConfig {
-        workers: 2,
-        isolation: Isolation::Process(command),
-        ..Default::default()
-    });
+    let isolated = ProcessExecutor::new(ExecutorConfig { workers: 2, ..Default::default() }, command);
     let remote = rt.block_on(common::connect(&path));
     let transports: [(&str, &dyn Execute); 2] = [("process isolation", &isolated), ("daemon", &remote)];
     let mut lost_any = false;

@@ -20,7 +20,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codemode_executor::{DEFAULT_ANSWER_SPIN, Executor, ExecutorConfig, Isolation, WorkerCommand};
+use codemode_executor::{DEFAULT_ANSWER_SPIN, Executor, ExecutorConfig, ProcessExecutor, WorkerCommand};
 
 const CALLS: usize = 200;
 const SAMPLES: usize = 25;
@@ -120,9 +120,8 @@ fn over_daemon(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration 
 /// One call under process isolation (a `codemode stdio` worker process).
 fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration {
     let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let isolated = Executor::new(ExecutorConfig {
+    let config = ExecutorConfig {
         workers: 1,
-        isolation: Isolation::Process(command),
         // `CODEMODE_BENCH_CONFINEMENT=off`: unconfined workers, each serving many runs. A
         // confined worker serves one run, and on one CPU (`taskset -c 0`) its replacement's
         // start shares the CPU with the run being timed.
@@ -132,7 +131,8 @@ fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Durat
         },
         answer_spin,
         ..Default::default()
-    });
+    };
+    let isolated = ProcessExecutor::new(config, command);
     per_call(|n| {
         // A confined worker serves one run, and the pool starts its replacement as a run
         // takes it: this pause (not timed) lets the worker this run takes finish starting,

@@ -160,18 +160,6 @@ impl std::str::FromStr for EngineKind {
     }
 }
 
-/// Where executions run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub enum Isolation {
-    /// In this process, each execution on a thread of its own (the default).
-    #[default]
-    InProcess,
-    /// Each execution in a worker process from a pool, killed on overrun, so a deadline
-    /// holds against anything a single native call does. Needs a Tokio runtime with the
-    /// time driver (as `#[tokio::main]` gives); retention is not available there.
-    Process(WorkerCommand),
-}
-
 /// The command that starts one worker process speaking the wire protocol on stdio.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCommand {
@@ -181,7 +169,8 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
 }
 
-/// How an [`crate::Executor`] runs its executions.
+/// How the built-in executor runs its executions: in this process ([`crate::Executor`]) or
+/// in worker processes ([`crate::ProcessExecutor`]), each configured by one of these.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExecutorConfig {
     /// Execution threads kept ready with a blank engine (more start on demand, one per
@@ -192,12 +181,12 @@ pub struct ExecutorConfig {
     pub limits: Limits,
     /// The most a request may ask for; a request above one is refused with a clear text.
     pub ceilings: Limits,
-    /// In this process, or in worker processes.
-    pub isolation: Isolation,
     /// The engine every execution runs on.
     pub engine: EngineKind,
-    /// How process isolation's workers are confined (docs/security.md): `Required` by
-    /// default on Linux. Nothing confines in-process executions.
+    /// How a [`crate::ProcessExecutor`]'s workers are confined (docs/security.md):
+    /// `Required` by default on Linux, which locks a worker per execution and costs its
+    /// start on every run (docs/daemon.md has the figures). Nothing confines in-process
+    /// executions; [`crate::Executor`] ignores it.
     pub confinement: crate::Confinement,
     /// How long an execution's thread waits awake for a call's answer before it sleeps
     /// (default 50 µs, at most 1 ms is used, zero never waits awake), once per call made
@@ -220,7 +209,6 @@ impl Default for ExecutorConfig {
             workers,
             limits: Limits::default(),
             ceilings: Limits::default_ceilings(),
-            isolation: Isolation::InProcess,
             engine: EngineKind::default(),
             confinement: crate::Confinement::default(),
             answer_spin: DEFAULT_ANSWER_SPIN,

@@ -21,11 +21,11 @@ use tracing::Instrument;
 use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 
-use crate::Executor;
+use crate::Execute;
 use crate::tls::Acceptor as TlsAcceptor;
 pub use crate::tls::{RemoteTls, TlsFiles};
 use crate::wire::QuietStream;
-use crate::wire::server::{self, ServeOptions, SharedExecutions, serve_with};
+use crate::wire::server::{self, ServeOptions, SharedExecutions};
 
 /// Connections open at once by default (authenticated or not).
 pub const MAX_CONNECTIONS: usize = 256;
@@ -259,7 +259,7 @@ impl Daemon {
 
     /// Accept connections until the process ends, serving `executor` on each. A failed
     /// accept is logged and retried; it never ends the daemon.
-    pub async fn serve(self, executor: Executor) -> Result<(), String> {
+    pub async fn serve(self, executor: impl Execute + 'static) -> Result<(), String> {
         self.serve_until(executor, std::future::pending(), Duration::MAX).await
     }
 
@@ -270,7 +270,7 @@ impl Daemon {
     /// once every connection has closed (or a grace after the timeout).
     pub async fn serve_until(
         self,
-        executor: Executor,
+        executor: impl Execute + 'static,
         drain: impl std::future::Future<Output = ()>,
         drain_timeout: Duration,
     ) -> Result<(), String> {
@@ -278,7 +278,8 @@ impl Daemon {
         let live = SharedExecutions::new(self.limits.max_live_executions);
         let signal = server::Drain { timeout: drain_timeout, ..server::Drain::default() };
         let heartbeat = tokio::spawn(beat(self.health.clone()));
-        let engine = executor.config().engine.name();
+        let executor: Arc<dyn Execute> = Arc::new(executor);
+        let engine = server::engine_name(&*executor);
         crate::metrics::build_info(engine);
         crate::metrics::draining(false);
         crate::metrics::in_flight(0);
@@ -321,7 +322,7 @@ impl Daemon {
     /// Accept connections for ever; a failed accept is logged and retried.
     async fn accept_loop(
         &self,
-        executor: &Executor,
+        executor: &Arc<dyn Execute>,
         open: &Arc<AtomicUsize>,
         live: &Arc<SharedExecutions>,
         signal: &server::Drain,
@@ -525,7 +526,7 @@ fn tls_peer(peer: SocketAddr) -> String {
 }
 
 fn spawn_connection<S>(
-    executor: Executor,
+    executor: Arc<dyn Execute>,
     stream: S,
     options: ServeOptions,
     connection: u64,
@@ -535,7 +536,12 @@ fn spawn_connection<S>(
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    spawn_served(connection, peer, slot, serve_with(executor, BufReader::new(read), write, options));
+    spawn_served(
+        connection,
+        peer,
+        slot,
+        server::serve_shared(executor, BufReader::new(read), write, options),
+    );
 }
 
 /// Run a connection's serving as a task of its own in the connection's span, holding its
@@ -564,7 +570,7 @@ fn spawn_served(
 /// lent to an execution waiting awake for an answer (`wire::lend`); as any stream, made
 /// by `back`, when that cannot be set up (out of descriptors for the copy it takes).
 fn spawn_socket<S>(
-    executor: Executor,
+    executor: Arc<dyn Execute>,
     socket: std::io::Result<OwnedFd>,
     back: impl FnOnce(OwnedFd) -> std::io::Result<S>,
     options: ServeOptions,

@@ -1,5 +1,7 @@
-//! `Execute`: the one trait every way of running a program implements, so a host can
-//! hold any of them (in-process, a worker process, a daemon) behind one type.
+//! `Execute`: the whole contract between a host and whatever runs its programs, implemented
+//! in-process ([`crate::Executor`]), under process isolation ([`crate::ProcessExecutor`])
+//! and remotely ([`crate::RemoteExecutor`]), so a host, the wire server, the daemon, the
+//! MCP server and the conformance runner hold any of them as `dyn Execute`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -7,18 +9,23 @@ use std::sync::Arc;
 
 use codemode_protocol::Outcome;
 
+use crate::RetainedExecution;
+use crate::config::{EngineKind, ExecutorConfig, Limits};
+use crate::executor::RETAIN_NEEDS_IN_PROCESS;
 use crate::request::Request;
 
 /// The future [`Execute::execute`] returns.
 pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
 
-/// Runs one program and reports its outcome.
+/// The future [`Execute::execute_retained`] returns.
+pub type RetainFuture<'a> =
+    Pin<Box<dyn Future<Output = Result<(Outcome, RetainedExecution), RetainRefused>> + Send + 'a>>;
+
+/// Runs programs and reports their outcomes.
 ///
-/// [`crate::Executor`] (in-process, or process isolation by its config) and
-/// [`crate::RemoteExecutor`] (a daemon over a socket) implement it with the same
-/// contract: the outcome says `result` or `error` with the logs either way; nothing a
-/// program does is a panic or an `Err`; calls come back to the request's dispatch in
-/// this process; dropping the future ends the execution.
+/// Every implementation keeps the same contract: the outcome says `result` or `error`
+/// with the logs either way; nothing a program does is a panic or an `Err`; calls come
+/// back to the request's dispatch in this process; dropping the future ends the execution.
 ///
 /// ```
 /// use codemode_executor::{Execute, Executor, Request};
@@ -33,11 +40,96 @@ pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
 pub trait Execute: Send + Sync {
     /// Run `request`'s program in a fresh engine and report how it ended.
     fn execute(&self, request: Request) -> ExecuteFuture<'_>;
+
+    /// Run `request`'s program and keep its engine after the run ends (`retainHandles`):
+    /// its timers keep firing, and their tool calls meet `Execution has already
+    /// completed.` inside the sandbox. The engine goes when the handle is released or
+    /// dropped. An implementation that cannot keep an engine refuses before it runs
+    /// anything (the default).
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        drop(request);
+        Box::pin(async { Err(RetainRefused::Unsupported) })
+    }
+
+    /// What a host can know of this implementation before it runs anything.
+    fn profile(&self) -> Profile {
+        Profile::default()
+    }
+
+    /// Executions holding an engine now, where this side can count them.
+    fn live_engines(&self) -> Option<usize> {
+        None
+    }
+}
+
+/// Why [`Execute::execute_retained`] refused; its `Display` is the pinned text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RetainRefused {
+    /// Process isolation: a worker serves one run, so its engine cannot outlive it.
+    NeedsInProcess,
+    /// An implementation of [`Execute`] that keeps no engines.
+    Unsupported,
+}
+
+impl std::fmt::Display for RetainRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RetainRefused::NeedsInProcess => f.write_str(RETAIN_NEEDS_IN_PROCESS),
+            RetainRefused::Unsupported => {
+                f.write_str("Retaining an engine (retainHandles) is not available on this executor.")
+            }
+        }
+    }
+}
+
+impl std::error::Error for RetainRefused {}
+
+/// What a host can know of an [`Execute`] before it runs anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Profile {
+    /// The engine programs run on, where this side decides it (a daemon's is its own).
+    pub engine: Option<EngineKind>,
+    /// The limits of a request that sets none.
+    pub limits: Limits,
+    /// The most a request may ask for.
+    pub ceilings: Limits,
+}
+
+impl Default for Profile {
+    /// Nothing known here: the default limits and ceilings, which any executor allows.
+    fn default() -> Profile {
+        Profile { engine: None, limits: Limits::default(), ceilings: Limits::default_ceilings() }
+    }
+}
+
+impl Profile {
+    /// The profile of an executor configured by `config`.
+    pub fn of(config: &ExecutorConfig) -> Profile {
+        Profile {
+            engine: Some(config.engine),
+            limits: config.limits.clone(),
+            ceilings: config.ceilings.clone(),
+        }
+    }
 }
 
 impl Execute for crate::Executor {
     fn execute(&self, request: Request) -> ExecuteFuture<'_> {
         Box::pin(crate::Executor::execute(self, request))
+    }
+
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        Box::pin(async move { Ok(crate::Executor::execute_retained(self, request).await) })
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::of(self.config())
+    }
+
+    fn live_engines(&self) -> Option<usize> {
+        Some(crate::Executor::live_engines(self))
     }
 }
 
@@ -45,16 +137,34 @@ impl Execute for crate::RemoteExecutor {
     fn execute(&self, request: Request) -> ExecuteFuture<'_> {
         Box::pin(crate::RemoteExecutor::execute(self, request))
     }
-}
 
-impl<T: Execute + ?Sized> Execute for Arc<T> {
-    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
-        (**self).execute(request)
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        Box::pin(async move { Ok(crate::RemoteExecutor::execute_retained(self, request).await) })
     }
 }
 
-impl<T: Execute + ?Sized> Execute for &T {
-    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
-        (**self).execute(request)
-    }
+/// `Execute` through a pointer to one: `&T`, `Arc<T>`, `Box<T>`, so `dyn Execute` works
+/// wherever an implementation is taken.
+macro_rules! forward_execute {
+    ($($pointer:ty),*) => {$(
+        impl<T: Execute + ?Sized> Execute for $pointer {
+            fn execute(&self, request: Request) -> ExecuteFuture<'_> {
+                (**self).execute(request)
+            }
+
+            fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+                (**self).execute_retained(request)
+            }
+
+            fn profile(&self) -> Profile {
+                (**self).profile()
+            }
+
+            fn live_engines(&self) -> Option<usize> {
+                (**self).live_engines()
+            }
+        }
+    )*};
 }
+
+forward_execute!(&T, Arc<T>, Box<T>);

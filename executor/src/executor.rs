@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use codemode_protocol::{Outcome, OutcomeKind, entry_scope, scope_source};
+use codemode_protocol::{Outcome, OutcomeKind, entry_scope};
 use tokio::runtime::Handle;
 
-use crate::config::{EngineKind, ExecutorConfig, Isolation};
+use crate::config::{EngineKind, ExecutorConfig};
 use crate::engine::quickjs::QuickJs;
 use crate::host::{Deliver, Host};
 use crate::pool::Pool;
@@ -16,15 +16,15 @@ use crate::request::Request;
 use crate::runtime::{Control, Event, Job, Message, Settlement};
 use crate::watch::{self, Logs};
 use crate::watchdog::Watchdog;
-use crate::wire::process::ProcessPool;
 
-/// The text of `execute_retained` on an executor with process isolation.
+/// The text of a retained run refused by process isolation ([`crate::RetainRefused::NeedsInProcess`]).
 pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) is not available with process isolation. Use an in-process executor for it.";
 
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
 
-/// Runs programs, each in a fresh engine on a thread of its own.
+/// Runs programs in this process, each in a fresh engine on a thread of its own. For a
+/// worker process per run see [`crate::ProcessExecutor`]; for daemons, [`crate::RemoteExecutor`].
 ///
 /// Cheap to clone; clones share the pool.
 #[derive(Clone)]
@@ -36,7 +36,6 @@ struct Inner {
     config: ExecutorConfig,
     pool: Pool,
     watchdog: Watchdog,
-    processes: Option<ProcessPool>,
     /// Engines still running [`STOP_GRACE`] after their deadline's stop.
     abandoned: Arc<AtomicU64>,
 }
@@ -53,32 +52,16 @@ impl Default for Executor {
 impl Executor {
     /// An executor with `config`'s workers and default limits.
     pub fn new(config: ExecutorConfig) -> Executor {
-        let keep = if config.isolation == Isolation::InProcess { config.workers } else { 1 };
+        let keep = config.workers;
         let pool = match config.engine {
             EngineKind::QuickJs => Pool::new::<QuickJs>(keep, &config.limits),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep, &config.limits),
         };
-        let processes = match &config.isolation {
-            Isolation::InProcess => None,
-            Isolation::Process(command) => Some(ProcessPool::new(
-                command.clone(),
-                config.workers,
-                config.confinement,
-                config.ceilings.memory_limit_bytes,
-                config.answer_spin,
-            )),
-        };
         // The CPUs this process may use, read once, here rather than in an execution.
         crate::runtime::cpus();
         Executor {
-            inner: Arc::new(Inner {
-                config,
-                pool,
-                watchdog: Watchdog::spawn(),
-                processes,
-                abandoned: Arc::default(),
-            }),
+            inner: Arc::new(Inner { config, pool, watchdog: Watchdog::spawn(), abandoned: Arc::default() }),
         }
     }
 
@@ -121,22 +104,6 @@ impl Executor {
     /// `result` or `error`, with the logs either way. Dropping the future ends the
     /// engine promptly.
     pub async fn execute(&self, request: Request) -> Outcome {
-        let (request, _end) = request.open();
-        if let Some(processes) = &self.inner.processes {
-            let limits = match request.limits(&self.inner.config) {
-                Ok(limits) => limits,
-                Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
-            };
-            return match scope_source(&request.code, &request.providers) {
-                Ok(_) => {
-                    let (request, delivery) = request.with_limits(&limits).watch_host_side();
-                    let run = processes.execute(request, &limits);
-                    let ran = watch::delivered(run, delivery, |(outcome, logs)| (outcome, *logs)).await;
-                    ran.0
-                }
-                Err(refusal) => refusal_outcome(&refusal),
-            };
-        }
         self.run(request, false).await.0
     }
 
@@ -145,12 +112,6 @@ impl Executor {
     /// inside the sandbox without reaching dispatch. The engine goes when the returned
     /// handle is released or dropped.
     pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
-        if self.inner.processes.is_some() {
-            return (
-                Outcome::failure(OutcomeKind::Invalid, RETAIN_NEEDS_IN_PROCESS, Vec::new()),
-                RetainedExecution { retained: None, _remote: None },
-            );
-        }
         let (outcome, retained) = self.run(request, true).await;
         (outcome, RetainedExecution { retained, _remote: None })
     }
@@ -271,7 +232,7 @@ impl Executor {
 }
 
 /// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.
-fn refusal_outcome(refusal: &codemode_protocol::EntryError) -> Outcome {
+pub(crate) fn refusal_outcome(refusal: &codemode_protocol::EntryError) -> Outcome {
     let (kind, location) = match refusal {
         codemode_protocol::EntryError::Syntax(error) => (OutcomeKind::Syntax, error.location()),
         codemode_protocol::EntryError::ProviderName(_) => (OutcomeKind::Invalid, None),

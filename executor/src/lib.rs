@@ -40,6 +40,7 @@ pub mod mcp;
 pub mod metrics;
 mod outbound;
 mod pool;
+mod process;
 mod remote;
 mod request;
 mod runtime;
@@ -51,11 +52,12 @@ mod watchdog;
 pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Limits, WorkerCommand};
 pub use confine::Confinement;
-pub use execute::{Execute, ExecuteFuture};
+pub use execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainRefused};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
 pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
+pub use process::ProcessExecutor;
 pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
 pub use request::Request;
 pub use serve_config::{

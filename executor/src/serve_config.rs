@@ -35,12 +35,14 @@
 //! ```
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+use crate::config::{EngineKind, ExecutorConfig, Limits, WorkerCommand};
 use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
+use crate::{Execute, Executor, ProcessExecutor};
 
 /// A daemon's configuration as an operator writes it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -227,10 +229,31 @@ impl ServeConfig {
         self
     }
 
-    /// The executor it describes. `worker` is the program process isolation starts (with
-    /// `stdio --engine <engine>`), usually this binary. The defaults must lie within the
+    /// The executor it describes, made: an [`crate::Executor`], or with `isolation =
+    /// "process"` a [`crate::ProcessExecutor`] whose workers are `worker` (started with
+    /// `stdio --engine <engine>`), usually this binary.
+    pub fn executor(&self, worker: PathBuf) -> Result<Arc<dyn Execute>, String> {
+        let config = self.executor_config()?;
+        Ok(match self.worker_command(worker)? {
+            Some(command) => Arc::new(ProcessExecutor::new(config, command)),
+            None => Arc::new(Executor::new(config)),
+        })
+    }
+
+    /// With `isolation = "process"`, the command each worker is started with: `worker`
+    /// and `stdio --engine <engine>`.
+    pub fn worker_command(&self, worker: PathBuf) -> Result<Option<WorkerCommand>, String> {
+        if self.executor.isolation != Some(IsolationKind::Process) {
+            return Ok(None);
+        }
+        let engine = self.executor_config()?.engine;
+        let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
+        Ok(Some(WorkerCommand { program: worker, args }))
+    }
+
+    /// The configuration of the executor it describes. The defaults must lie within the
     /// ceilings, each within its minimum.
-    pub fn executor_config(&self, worker: PathBuf) -> Result<ExecutorConfig, String> {
+    pub fn executor_config(&self) -> Result<ExecutorConfig, String> {
         let mut config = ExecutorConfig::default();
         if let Some(workers) = self.executor.workers {
             if workers == 0 {
@@ -240,10 +263,6 @@ impl ServeConfig {
         }
         if let Some(engine) = &self.executor.engine {
             config.engine = engine.parse::<EngineKind>()?;
-        }
-        if self.executor.isolation == Some(IsolationKind::Process) {
-            let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
-            config.isolation = Isolation::Process(WorkerCommand { program: worker, args });
         }
         if let Some(confinement) = self.executor.confinement {
             config.confinement = confinement;

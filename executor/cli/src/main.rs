@@ -24,7 +24,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{RemoteOptions, RemoteTls};
 use codemode_executor::{
-    Confinement, Endpoints, EngineKind, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor,
+    Confinement, Endpoints, EngineKind, Executor, ExecutorConfig, ProcessExecutor, Provider, RemoteExecutor,
     Request, Toolbox, WorkerCommand,
 };
 use codemode_protocol::ToolTable;
@@ -480,13 +480,15 @@ fn run(
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mut config = config(engine);
-    if isolation == IsolationArg::Process {
+    let worker = if isolation == IsolationArg::Process {
         let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
         let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
-        config.isolation = Isolation::Process(WorkerCommand { program, args });
         config.confinement = confinement;
         config.workers = 1;
-    }
+        Some(WorkerCommand { program, args })
+    } else {
+        None
+    };
     let waiting_after = match view.waiting_after_ms {
         Some(ms) => Some(Duration::from_millis(ms)),
         None => std::io::stderr().is_terminal().then_some(watch::WAITING_AFTER),
@@ -498,9 +500,10 @@ fn run(
             .map_err(|e| format!("cannot watch for Ctrl-C: {e}"))?;
         let announcer = waiting_after.map(|after| tokio::spawn(watch.clone().announce_waits(after)));
         let run = async {
-            match fleet {
-                None => Ok(Executor::new(config).execute(request).await),
-                Some((endpoints, options)) => {
+            match (fleet, worker) {
+                (None, None) => Ok(Executor::new(config).execute(request).await),
+                (None, Some(worker)) => Ok(ProcessExecutor::new(config, worker).execute(request).await),
+                (Some((endpoints, options)), _) => {
                     let remote = RemoteExecutor::connect_fleet(endpoints, options).await?;
                     Ok::<_, String>(remote.execute(request).await)
                 }

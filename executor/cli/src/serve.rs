@@ -12,8 +12,7 @@ use tokio::sync::oneshot;
 
 use crate::admin::{self, Admin};
 use codemode_executor::{
-    ConnectionsSection, Executor, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
-    ServeConfig,
+    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
 };
 
 /// The flags of `codemode serve`; each overrides the config file's field of the same name.
@@ -202,7 +201,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let config = file.overridden_by(&args.as_config());
     let worker = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-    let executor_config = config.executor_config(worker)?;
+    let executor_config = config.executor_config()?;
     let daemon_config = config.daemon_config()?;
     let limits = config.daemon_limits();
     let drain_timeout = config.drain_timeout();
@@ -214,6 +213,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = runtime.block_on(async {
+        let executor = config.executor(worker)?;
         let daemon = Daemon::bind_with(daemon_config, limits).await?;
         let _ = health.set(daemon.health());
         let Control { admin, drain } = control;
@@ -228,7 +228,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
                 Err(_) => std::future::pending().await,
             }
         };
-        daemon.serve_until(Executor::new(executor_config), drain, drain_timeout).await
+        daemon.serve_until(executor, drain, drain_timeout).await
     });
     // Whatever is left on the runtime (a task of a run ended at the timeout) is not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));

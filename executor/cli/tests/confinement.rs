@@ -11,7 +11,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use codemode_executor::{
-    Confinement, EngineKind, Executor, ExecutorConfig, Isolation, Request, WorkerCommand,
+    Confinement, EngineKind, Executor, ExecutorConfig, ProcessExecutor, Request, WorkerCommand,
 };
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 use support::json;
@@ -21,7 +21,7 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 
 /// Process isolation on `engine` at `confinement`; with `namespaces` false the worker skips
 /// the namespace step (through `env`, as a host would where namespaces are refused).
-fn executor_on(engine: EngineKind, confinement: Confinement, namespaces: bool) -> Executor {
+fn executor_on(engine: EngineKind, confinement: Confinement, namespaces: bool) -> ProcessExecutor {
     let codemode = env!("CARGO_BIN_EXE_codemode").to_owned();
     let mut args = vec!["stdio".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
     let program = if namespaces {
@@ -31,12 +31,12 @@ fn executor_on(engine: EngineKind, confinement: Confinement, namespaces: bool) -
         args.insert(0, format!("{}=off", codemode_executor::confine::NAMESPACES_VAR));
         "/usr/bin/env".into()
     };
-    let isolation = Isolation::Process(WorkerCommand { program, args });
-    Executor::new(ExecutorConfig { workers: 1, isolation, confinement, engine, ..Default::default() })
+    let config = ExecutorConfig { workers: 1, confinement, engine, ..Default::default() };
+    ProcessExecutor::new(config, WorkerCommand { program, args })
 }
 
 /// [`executor_on`] QuickJS.
-fn executor(confinement: Confinement, namespaces: bool) -> Executor {
+fn executor(confinement: Confinement, namespaces: bool) -> ProcessExecutor {
     executor_on(EngineKind::QuickJs, confinement, namespaces)
 }
 

@@ -4,7 +4,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{
+    Confinement, Execute, ExecutorConfig, ProcessExecutor, Request, RetainRefused, WorkerCommand,
+};
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use support::{Recorder, json, triple};
 
@@ -12,15 +14,14 @@ use support::{Recorder, json, triple};
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Process isolation at the default confinement (`Required` on Linux).
-fn isolated() -> Executor {
+fn isolated() -> ProcessExecutor {
     isolated_at(Confinement::default())
 }
 
-fn isolated_at(confinement: Confinement) -> Executor {
+fn isolated_at(confinement: Confinement) -> ProcessExecutor {
     let command =
         WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    let isolation = Isolation::Process(command);
-    Executor::new(ExecutorConfig { workers: 1, isolation, confinement, ..Default::default() })
+    ProcessExecutor::new(ExecutorConfig { workers: 1, confinement, ..Default::default() }, command)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -123,9 +124,9 @@ async fn a_thrown_timeout_text_keeps_its_worker() {
 #[tokio::test]
 async fn retention_is_refused_with_a_clear_text() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let (outcome, _) = isolated().execute_retained(Request::new("async () => 1")).await;
-    assert_eq!(outcome.error_text(), Some(codemode_executor::RETAIN_NEEDS_IN_PROCESS));
-    assert_eq!(outcome.kind(), OutcomeKind::Invalid);
+    let refused = isolated().execute_retained(Request::new("async () => 1")).await.err();
+    assert_eq!(refused, Some(RetainRefused::NeedsInProcess));
+    assert_eq!(refused.unwrap().to_string(), codemode_executor::RETAIN_NEEDS_IN_PROCESS);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,9 +5,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codemode_executor::{
-    EngineKind, Isolation, IsolationKind, Limits, LogFormat, RemoteExecutor, Request, ServeConfig,
-};
+use codemode_executor::{EngineKind, IsolationKind, Limits, LogFormat, RemoteExecutor, Request, ServeConfig};
 
 /// What `codemode serve --config` does with the file's text.
 fn from_toml(text: &str) -> Result<ServeConfig, String> {
@@ -43,16 +41,13 @@ fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
     assert_eq!(config.log_format, Some(LogFormat::Json));
     assert_eq!(config.log_level, None, "info unless set");
     assert_eq!(config.executor.isolation, Some(IsolationKind::Process));
-    let executor = config.executor_config("/usr/bin/codemode".into()).unwrap();
+    let executor = config.executor_config().unwrap();
     assert_eq!(executor.workers, 3);
     assert_eq!(executor.engine, EngineKind::QuickJs);
-    match &executor.isolation {
-        Isolation::Process(command) => {
-            assert_eq!(command.program, std::path::Path::new("/usr/bin/codemode"));
-            assert_eq!(command.args, ["stdio", "--engine", "quickjs"]);
-        }
-        other => panic!("isolation {other:?}"),
-    }
+    let command = config.worker_command("/usr/bin/codemode".into()).unwrap().unwrap();
+    assert_eq!(command.program, std::path::Path::new("/usr/bin/codemode"));
+    assert_eq!(command.args, ["stdio", "--engine", "quickjs"]);
+    assert_eq!(from_toml("").unwrap().worker_command("codemode".into()), Ok(None), "in-process by default");
     assert_eq!(executor.limits.timeout, Duration::from_secs(2));
     assert_eq!(executor.limits.memory_limit_bytes, 32 << 20);
     assert_eq!(executor.limits.max_log_bytes, Limits::default().max_log_bytes);
@@ -70,7 +65,7 @@ fn flags_win_over_the_file() {
     let file = from_toml(FILE).unwrap();
     let flags = from_toml("[limits]\ntimeout_ms = 3000\n[connections]\nmax_connections = 2").unwrap();
     let config = file.overridden_by(&flags);
-    let executor = config.executor_config("codemode".into()).unwrap();
+    let executor = config.executor_config().unwrap();
     assert_eq!(executor.limits.timeout, Duration::from_secs(3));
     assert_eq!(executor.limits.memory_limit_bytes, 32 << 20, "what the flags leave out stays the file's");
     assert_eq!(config.daemon_limits().max_connections, 2);
@@ -104,7 +99,7 @@ fn the_admin_port_and_the_drain_timeout_come_from_the_file_or_the_flags() {
 fn what_cannot_run_is_refused_with_what_to_change() {
     let refused = |text: &str| {
         let config = from_toml(text)?;
-        config.executor_config("codemode".into()).map(|_| ())
+        config.executor_config().map(|_| ())
     };
     assert_eq!(
         refused("[limits]\ntimeout_ms = 9000\n[ceilings]\ntimeout_ms = 5000").unwrap_err(),
@@ -257,9 +252,9 @@ fn a_bad_config_file_exits_2_saying_where() {
 #[test]
 fn confinement_is_set_in_the_executor_section_and_an_unknown_level_is_refused() {
     let config = from_toml("[executor]\nisolation = \"process\"\nconfinement = \"best-effort\"\n").unwrap();
-    let executor = config.executor_config("/usr/bin/codemode".into()).unwrap();
+    let executor = config.executor_config().unwrap();
     assert_eq!(executor.confinement, codemode_executor::Confinement::BestEffort);
-    let default = from_toml(FILE).unwrap().executor_config("/usr/bin/codemode".into()).unwrap();
+    let default = from_toml(FILE).unwrap().executor_config().unwrap();
     assert_eq!(default.confinement, codemode_executor::Confinement::default());
     let refused = from_toml("[executor]\nconfinement = \"strict\"\n").unwrap_err();
     assert!(
@@ -270,7 +265,7 @@ fn confinement_is_set_in_the_executor_section_and_an_unknown_level_is_refused() 
 
 #[test]
 fn the_answer_spin_is_set_in_microseconds_and_defaults_to_fifty() {
-    let executor = |text: &str| from_toml(text).unwrap().executor_config("codemode".into()).unwrap();
+    let executor = |text: &str| from_toml(text).unwrap().executor_config().unwrap();
     assert_eq!(executor("").answer_spin, Duration::from_micros(50));
     assert_eq!(codemode_executor::DEFAULT_ANSWER_SPIN, Duration::from_micros(50));
     assert_eq!(executor("[executor]\nanswer_spin_us = 0").answer_spin, Duration::ZERO);

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
 use codemode_executor::{
-    Execute, Executor, ExecutorConfig, Isolation, Provider, RemoteExecutor, Request, Toolbox, WorkerCommand,
+    Execute, Executor, ExecutorConfig, ProcessExecutor, Provider, RemoteExecutor, Request, Toolbox,
+    WorkerCommand,
 };
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 use support::json;
@@ -21,11 +22,7 @@ async fn transports(tag: &str) -> (Vec<(&'static str, Box<dyn Execute>)>, std::p
     tokio::spawn(daemon.serve(Executor::default()));
     let command =
         WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    let isolated = Executor::new(ExecutorConfig {
-        workers: 2,
-        isolation: Isolation::Process(command),
-        ..Default::default()
-    });
+    let isolated = ProcessExecutor::new(ExecutorConfig { workers: 2, ..Default::default() }, command);
     let executors: Vec<(&'static str, Box<dyn Execute>)> = vec![
         ("in-process", Box::new(Executor::default())),
         ("process isolation", Box::new(isolated)),

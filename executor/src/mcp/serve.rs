@@ -39,7 +39,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value as Json;
 
-use crate::{Executor, Limits, Request, Toolbox};
+use crate::{Execute, Limits, Request, Toolbox};
 
 /// The path the streamable HTTP endpoint answers on.
 pub const HTTP_PATH: &str = "/mcp";
@@ -84,7 +84,7 @@ pub struct CodeModeServer {
 }
 
 struct Inner {
-    executor: Executor,
+    executor: Arc<dyn Execute>,
     toolbox: Toolbox,
     tool: Tool,
     limits: ServeLimits,
@@ -95,14 +95,19 @@ struct Inner {
 impl CodeModeServer {
     /// A server running each call on `executor` with `toolbox`'s providers. `Err` is the
     /// text of a limit out of the executor's bounds, found now rather than at every call.
-    pub fn new(executor: Executor, toolbox: Toolbox, limits: ServeLimits) -> Result<CodeModeServer, String> {
-        let config = executor.config();
+    pub fn new(
+        executor: impl Execute + 'static,
+        toolbox: Toolbox,
+        limits: ServeLimits,
+    ) -> Result<CodeModeServer, String> {
+        let profile = executor.profile();
         let effective = Limits {
-            timeout: limits.timeout.unwrap_or(config.limits.timeout),
-            memory_limit_bytes: limits.memory_limit_bytes.unwrap_or(config.limits.memory_limit_bytes),
-            ..config.limits.clone()
+            timeout: limits.timeout.unwrap_or(profile.limits.timeout),
+            memory_limit_bytes: limits.memory_limit_bytes.unwrap_or(profile.limits.memory_limit_bytes),
+            ..profile.limits.clone()
         };
-        effective.check(&config.ceilings)?;
+        effective.check(&profile.ceilings)?;
+        let executor: Arc<dyn Execute> = Arc::new(executor);
         if limits.max_executions == 0 {
             return Err("the server's maximum of executions at once must be at least 1".to_owned());
         }

@@ -30,17 +30,16 @@ use std::time::{Duration, Instant};
 
 use codemode_protocol::wire::ClientMessage;
 use codemode_protocol::{Outcome, OutcomeKind, texts};
-use tokio::sync::oneshot;
 
-pub(crate) use connection::ReleaseOnDrop;
-use connection::{CancelOnDrop, Connection, Ended, Pending, Target, lock};
+use connection::{Target, lock};
 
 use crate::config::Limits;
 use crate::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::request::Request;
 use crate::tls::Connector;
 use crate::watch::{self, Logs, WireEvents};
-use crate::wire::admit::Admission;
+use crate::wire::client::admit::Admission;
+use crate::wire::client::{Ended, Handlers, ReleaseOnDrop, Session};
 use crate::wire::encode_frame;
 
 /// How long past a run's own timeout the client waits before it gives the run up.
@@ -88,7 +87,7 @@ pub struct EndpointStatus {
 /// One daemon: its connection (made again when lost) and the work sent to it.
 struct Remote {
     target: Target,
-    current: Mutex<Option<Arc<Connection>>>,
+    current: Mutex<Option<Arc<Session>>>,
     /// Held while connecting; the last failure, so executes that waited share it.
     reconnecting: tokio::sync::Mutex<Option<(Instant, String)>>,
     next_execution: AtomicU64,
@@ -101,7 +100,7 @@ struct Remote {
 }
 
 impl Remote {
-    fn new(target: Target, connection: Option<Arc<Connection>>) -> Arc<Remote> {
+    fn new(target: Target, connection: Option<Arc<Session>>) -> Arc<Remote> {
         Arc::new(Remote {
             target,
             current: Mutex::new(connection),
@@ -116,15 +115,15 @@ impl Remote {
 
     /// Whether new work should go here: not drained away, not unreachable a moment ago.
     fn takes_work(&self) -> bool {
-        let draining = lock(&self.current).as_ref().is_some_and(|c| c.draining.is_cancelled());
+        let draining = lock(&self.current).as_ref().is_some_and(|c| c.is_draining());
         let paused = lock(&self.unreachable_at).is_some_and(|at| at.elapsed() < UNREACHABLE_PAUSE);
         !draining && !paused && !self.removed.load(Ordering::Acquire)
     }
 
     /// The open connection, made again if it was lost or drained. Executes waiting while
     /// another makes it share that attempt, its failure included.
-    async fn connection(&self) -> Result<Arc<Connection>, String> {
-        let usable = |c: &Option<Arc<Connection>>| c.as_ref().filter(|c| c.is_usable()).cloned();
+    async fn connection(&self) -> Result<Arc<Session>, String> {
+        let usable = |c: &Option<Arc<Session>>| c.as_ref().filter(|c| c.is_usable()).cloned();
         if let Some(connection) = usable(&lock(&self.current)) {
             return Ok(connection);
         }
@@ -159,8 +158,8 @@ impl Remote {
             address: self.target.address.to_string(),
             in_flight: self.in_flight.load(Ordering::Acquire),
             sent: self.sent.load(Ordering::Acquire),
-            draining: current.as_ref().is_some_and(|c| c.draining.is_cancelled()),
-            connected: current.as_ref().is_some_and(|c| !c.closed.is_cancelled()),
+            draining: current.as_ref().is_some_and(|c| c.is_draining()),
+            connected: current.as_ref().is_some_and(|c| !c.is_closed()),
         }
     }
 }
@@ -168,7 +167,7 @@ impl Remote {
 impl Drop for Remote {
     fn drop(&mut self) {
         if let Some(connection) = lock(&self.current).as_ref() {
-            connection.closed.cancel();
+            connection.shut();
         }
     }
 }
@@ -341,12 +340,12 @@ impl RemoteExecutor {
     /// when the handle is released or dropped. It never moves to another daemon.
     pub async fn execute_retained(&self, request: Request) -> (Outcome, crate::RetainedExecution) {
         let (outcome, on) = self.run(request, true).await;
-        let release = on.map(|(connection, execution)| ReleaseOnDrop { connection, execution });
+        let release = on.map(|(connection, execution)| ReleaseOnDrop { session: connection, execution });
         (outcome, crate::RetainedExecution::remote(release))
     }
 
     /// The outcome, and the connection and id the run had there.
-    async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Connection>, u64)>) {
+    async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<(Arc<Session>, u64)>) {
         // The toolbox's execution ends with this run, however it ends (even dropped).
         let (request, _end) = request.open();
         // Calls are watched as they reach this host; the logs as the daemon sends them
@@ -361,7 +360,7 @@ impl RemoteExecutor {
         &self,
         request: Request,
         retain: bool,
-    ) -> (Outcome, Option<(Arc<Connection>, u64)>, Logs) {
+    ) -> (Outcome, Option<(Arc<Session>, u64)>, Logs) {
         let mut wire = request.to_wire();
         wire.retain_handles = retain;
         let max = self.fleet.options.max_frame_bytes;
@@ -390,7 +389,7 @@ impl RemoteExecutor {
             };
             let execution = remote.next_execution.fetch_add(1, Ordering::Relaxed);
             // Only a daemon of version 3 or newer knows `events`; an older one refuses it.
-            let events = request.watcher.clone().filter(|_| connection.version >= 3).map(WireEvents::new);
+            let events = request.watcher.clone().filter(|_| connection.version() >= 3).map(WireEvents::new);
             wire.events = events.is_some();
             let logs = if wire.events { Logs::Live } else { Logs::WithOutcome };
             let message = ClientMessage::Execute { execution, request: wire.clone() };
@@ -398,28 +397,20 @@ impl RemoteExecutor {
                 let text = texts::REQUEST_TOO_LARGE.fill(&[&max.to_string()]);
                 return (Outcome::failure(OutcomeKind::Invalid, text, Vec::new()), None, Logs::Live);
             };
-            let (done, ended) = oneshot::channel();
-            let dispatched = Arc::new(AtomicBool::new(false));
-            let pending = Pending {
+            let handlers = Handlers {
                 dispatch: request.dispatch.clone(),
                 outbound: request.outbound.clone(),
-                done,
-                dispatched: dispatched.clone(),
                 admission: admission(&request),
                 events,
             };
-            connection.pending().insert(execution, pending);
-            let guard = CancelOnDrop { connection: connection.clone(), execution };
-            // Closed before the entry was there: its close did not see it, and it never left.
-            let ended = if connection.closed.is_cancelled() {
-                connection.pending().remove(&execution);
-                Ok(Ok(Ended::NotStarted))
-            } else {
-                connection.out.writer.send(frame);
+            let mut submitted = connection.submit(execution, frame, handlers);
+            let ended = if submitted.sent {
                 remote.sent.fetch_add(1, Ordering::AcqRel);
-                tokio::time::timeout_at(deadline, ended).await
+                tokio::time::timeout_at(deadline, &mut submitted.ended).await
+            } else {
+                Ok(Ok(Ended::NotStarted))
             };
-            let reached_host = dispatched.load(Ordering::Acquire);
+            let reached_host = submitted.reached_host();
             let outcome = match ended {
                 Ok(Ok(Ended::Outcome(outcome))) => outcome,
                 Ok(Ok(Ended::NotStarted)) if again => {
@@ -444,7 +435,7 @@ impl RemoteExecutor {
                     Vec::new(),
                 ),
             };
-            drop(guard);
+            drop(submitted);
             return (outcome, Some((connection, execution)), logs);
         }
     }

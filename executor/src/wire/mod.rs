@@ -1,16 +1,16 @@
 //! The wire protocol spoken over a byte stream: one JSON message per line, the
 //! protocol crate's `ClientMessage` and `ServerMessage`.
 //!
-//! `server` serves the built-in executor behind it (`codemode stdio`, `codemode serve`);
-//! `process` is the host side, used by process isolation, and `worker` its worker side.
+//! `server` serves any executor behind it (`codemode stdio`, `codemode serve`); `client`
+//! is the host side (process isolation's workers, `RemoteExecutor`'s daemons), and
+//! `worker` the worker side of process isolation.
 //!
 //! Every frame is bounded by one rule on both sides: a frame is its JSON without the
 //! newline, and a side neither writes ([`encode_frame`]) nor reads ([`FrameReader`]) one
 //! longer than its bound.
 
-pub(crate) mod admit;
+pub(crate) mod client;
 pub(crate) mod lend;
-pub(crate) mod process;
 pub mod server;
 pub mod worker;
 
@@ -812,13 +812,6 @@ impl FrameReader {
         }
         parsed
     }
-}
-
-/// One message of at most [`MAX_FRAME_BYTES`], the problem as text; `Ok(None)` at the end.
-pub(crate) async fn read_message<R: AsyncBufRead + Unpin, M: DeserializeOwned>(
-    input: &mut R,
-) -> Result<Option<M>, String> {
-    FrameReader::new(MAX_FRAME_BYTES).next(input).await.map_err(|e| e.to_string())
 }
 
 /// The outcome that stands in for one longer than `max_bytes` in its frame: kind

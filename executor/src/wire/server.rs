@@ -53,7 +53,7 @@ use super::{
 use crate::host::{CallAnswer, Claim, claim_call};
 use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::watch::{self, Event};
-use crate::{Executor, Request, RetainedExecution};
+use crate::{Execute, Request, RetainedExecution};
 
 type Waiting = Arc<Mutex<HashMap<(u64, u64), Pending<String>>>>;
 type FetchWaiting = Arc<Mutex<HashMap<(u64, u64), Pending<FetchAnswer>>>>;
@@ -298,8 +298,9 @@ impl Default for ServeOptions {
 /// descriptors itself, non-blocking, instead: Tokio's stdio does each read and write on a
 /// blocking thread, which costs two thread hand-offs per frame each way (their flags are
 /// put back when it returns). Anything else it serves as given.
-pub async fn serve<R, W>(executor: Executor, input: R, output: W) -> Result<(), String>
+pub async fn serve<E, R, W>(executor: E, input: R, output: W) -> Result<(), String>
 where
+    E: Execute + 'static,
     R: AsyncBufRead + Unpin + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
@@ -309,7 +310,7 @@ where
     {
         drop((input, output));
         let lent = lent.map_err(|e| format!("cannot read stdin: {e}"))?;
-        return serve_lent(executor, lent, options).await;
+        return serve_lent(Arc::new(executor), lent, options).await;
     }
     serve_with(executor, input, output, options).await
 }
@@ -321,9 +322,18 @@ pub(crate) fn stdio_options() -> ServeOptions {
 }
 
 /// Serve a connection whose input is lent ([`super::lend`]).
-pub(crate) async fn serve_lent(executor: Executor, lent: Lent, options: ServeOptions) -> Result<(), String> {
+pub(crate) async fn serve_lent(
+    executor: Arc<dyn Execute>,
+    lent: Lent,
+    options: ServeOptions,
+) -> Result<(), String> {
     let (input, reader, writing) = lent;
     serve_connection(executor, reader, writing, options, Some(input)).await
+}
+
+/// The engine's name in metrics: the one the executor runs on, or `remote`.
+pub(crate) fn engine_name(executor: &dyn Execute) -> &'static str {
+    executor.profile().engine.map_or("remote", |engine| engine.name())
 }
 
 /// Whether `input` and `output` are Tokio's stdin, unread, and stdout.
@@ -357,8 +367,23 @@ async fn refuse<W: AsyncWrite + Unpin>(
 
 /// Serve `executor` on one connection with `options`. Executions still running when the
 /// client goes are dropped, their engines disposed.
-pub async fn serve_with<R, W>(
-    executor: Executor,
+pub async fn serve_with<E, R, W>(
+    executor: E,
+    input: R,
+    output: W,
+    options: ServeOptions,
+) -> Result<(), String>
+where
+    E: Execute + 'static,
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    serve_shared(Arc::new(executor), input, output, options).await
+}
+
+/// [`serve_with`] for an executor already shared between connections.
+pub(crate) async fn serve_shared<R, W>(
+    executor: Arc<dyn Execute>,
     input: R,
     output: W,
     options: ServeOptions,
@@ -373,7 +398,7 @@ where
 /// [`serve_with`], and with `lent` (the connection's input, which `input` reads) each
 /// execution waiting awake for an answer reads the answers at the input's head itself.
 async fn serve_connection<R, W>(
-    executor: Executor,
+    executor: Arc<dyn Execute>,
     mut input: R,
     mut output: W,
     options: ServeOptions,
@@ -618,9 +643,15 @@ where
                         let mut slot = slot;
                         let _ = gate.await;
                         let outcome = if retain {
-                            let (outcome, handle) = executor.execute_retained(request).await;
-                            lock(&retained_map).insert(execution, (handle, slot.take()));
-                            outcome
+                            match executor.execute_retained(request).await {
+                                Ok((outcome, handle)) => {
+                                    lock(&retained_map).insert(execution, (handle, slot.take()));
+                                    outcome
+                                }
+                                Err(refused) => {
+                                    Outcome::failure(OutcomeKind::Invalid, refused.to_string(), Vec::new())
+                                }
+                            }
                         } else {
                             executor.execute(request).await
                         };
@@ -648,10 +679,12 @@ where
                                 drop(slot.take());
                             })
                             .await;
-                        let engine = executor.config().engine.name();
+                        let engine = engine_name(&*executor);
                         crate::metrics::ended(kind.as_str());
                         crate::metrics::execution_duration(engine, started.elapsed());
-                        crate::metrics::engines_live(engine, executor.live_engines());
+                        if let Some(live) = executor.live_engines() {
+                            crate::metrics::engines_live(engine, live);
+                        }
                         tracing::info!(
                             duration_ms = millis(started.elapsed()),
                             outcome = kind.as_str(),

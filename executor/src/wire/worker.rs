@@ -64,7 +64,7 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         // itself, from /proc).
         eprintln!("codemode stdio: confined: {}", layers.describe());
         match stdio {
-            Some(lent) => super::server::serve_lent(executor, lent, options).await,
+            Some(lent) => super::server::serve_lent(std::sync::Arc::new(executor), lent, options).await,
             None => {
                 let input = tokio::io::BufReader::new(tokio::io::stdin());
                 super::server::serve_with(executor, input, tokio::io::stdout(), options).await

@@ -3,10 +3,13 @@
 //! running after its outcome. Each gets its exact outcome, its engine goes, and the next
 //! execution on the same executor runs as if nothing happened.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{Recorder, config, json, located};
-use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{
+    Confinement, Execute, Executor, ExecutorConfig, ProcessExecutor, Request, WorkerCommand,
+};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 /// A deadline short enough for a corpus, long enough for a debug build.
@@ -21,15 +24,15 @@ const CONFINED_VARIABLE: &str = "CODEMODE_TEST_HOSTILE_CONFINED";
 
 /// An executor of the test's own, so its count of live engines is the test's alone; with
 /// [`CONFINED_VARIABLE`], process isolation with its workers confined (`Required`).
-fn fresh() -> Executor {
+fn fresh() -> Arc<dyn Execute> {
     let mut config = ExecutorConfig { workers: 1, ..config() };
     if std::env::var_os(CONFINED_VARIABLE).is_some() {
         let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
         let command = WorkerCommand { program: codemode_binary(), args };
-        config.isolation = Isolation::Process(command);
         config.confinement = Confinement::Required;
+        return Arc::new(ProcessExecutor::new(config, command));
     }
-    Executor::new(config)
+    Arc::new(Executor::new(config))
 }
 
 /// The `codemode` binary (package `codemode-cli`) in this test's profile.
@@ -83,15 +86,15 @@ fn request(code: &str) -> Request {
     )
 }
 
-async fn engines_gone(executor: &Executor, what: &str) {
+async fn engines_gone(executor: &dyn Execute, what: &str) {
     let since = Instant::now();
-    while executor.live_engines() > 0 {
+    while executor.live_engines().unwrap_or(0) > 0 {
         assert!(since.elapsed() < GONE_WITHIN, "{what}: the engine was still live {GONE_WITHIN:?} after");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
 
-async fn next_works(executor: &Executor, what: &str) {
+async fn next_works(executor: &dyn Execute, what: &str) {
     let next = executor
         .execute(Request::new(
             "async () => { console.log([1, 2].map((n) => n * 2)); return JSON.stringify({ a: [1] }) }",
@@ -756,11 +759,11 @@ async fn work_left_behind_at_the_return_does_not_keep_the_engine() {
 /// A retained engine whose late callback never returns is stopped after its late budget.
 async fn retained_late_callback_is_stopped(code: &str) {
     let executor = fresh();
-    let (outcome, mut retained) = executor.execute_retained(request(code).timeout(TIMEOUT)).await;
+    let (outcome, mut retained) = executor.execute_retained(request(code).timeout(TIMEOUT)).await.unwrap();
     assert_eq!(json(&outcome), r#"{"result":"returned","logs":[]}"#, "{code}");
     // The callback starts within about 100 ms; a second later the watchdog stops it.
     let since = Instant::now();
-    while executor.live_engines() > 0 {
+    while executor.live_engines().unwrap_or(0) > 0 {
         assert!(
             since.elapsed() < Duration::from_secs(1) + GONE_WITHIN,
             "{code}: a late callback kept the retained engine"

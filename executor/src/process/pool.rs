@@ -1,10 +1,10 @@
-//! Process isolation, the host side: each execution runs in a worker process from a
-//! pool (`codemode stdio`), spoken to over its stdin and stdout.
+//! Process isolation's pool of worker processes (`codemode stdio`), each spoken to over
+//! its stdin and stdout by the wire's one client session (`wire::client`).
 //!
 //! The host's dispatch stays in this process; only the three strings of each call and
-//! its answer cross. A call is answered by the task reading the worker's output, the
-//! moment it is read, and its answer written from there when the dispatch is ready at
-//! once: no other thread wakes for it. Each run has an execution id of its own. A worker whose run ended with kind `timeout` is killed (its engine
+//! its answer cross. A call is answered by the session's reader, the moment it is read,
+//! and its answer written from there when the dispatch is ready at once: no other thread
+//! wakes for it. Each run has an execution id of its own. A worker whose run ended with kind `timeout` is killed (its engine
 //! may still be inside a native call) and replaced, as is one whose run ended `internal`;
 //! so is one that has not answered by the deadline plus [`KILL_GRACE`]. The decision reads
 //! the outcome's kind, never its text: a program can throw the timeout's text itself. A
@@ -29,20 +29,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use codemode_protocol::wire::{ClientMessage, Hello, PROTOCOL_VERSION, ServerMessage};
-use codemode_protocol::{Dispatch, Outcome, OutcomeKind, texts};
-use tokio::io::{AsyncReadExt, BufReader};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
-use tokio::sync::mpsc;
+use codemode_protocol::wire::{ClientMessage, Hello};
+use codemode_protocol::{Outcome, OutcomeKind, texts};
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, Command};
 
-use super::admit::Admission;
-use super::{FrameWriter, encode_frame, read_message, write_message};
 use crate::config::Limits;
 use crate::confine::{self, Confinement};
-use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
-use crate::outbound::Outbound;
 use crate::request::Request;
 use crate::watch::{Logs, WireEvents};
+use crate::wire::client::admit::Admission;
+use crate::wire::client::{Ended, Handlers, HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
+use crate::wire::{MAX_FRAME_BYTES, encode_frame};
 
 /// The bytes of a worker's stderr kept (its last ones), for the log when it dies.
 pub(crate) const STDERR_TAIL: usize = 4 << 10;
@@ -63,148 +61,17 @@ struct Worker {
     child: Child,
     /// The last bytes of its stderr.
     stderr: Arc<Mutex<Vec<u8>>>,
-    /// Its stdin: frames are written by whoever makes them (an answer, by the reader
-    /// that read its call), or queued for a task while the pipe is full.
-    input: FrameWriter,
-    /// The run it serves now, whose calls the reader answers as they arrive.
-    serving: Serving,
-    /// Its outcomes and its end, read whole by a task of their own: a receive is
-    /// cancellation-safe where reading a line inside `select!` is not (a half-read line
-    /// would be lost and the next read would see a torn frame).
-    frames: mpsc::Receiver<Result<ServerMessage, String>>,
+    /// The wire session over its stdin and stdout.
+    session: Arc<Session>,
     /// Each run has an id of its own, so an answer late for one run never meets the next.
     next_execution: u64,
-    /// The wire protocol version it answered the hello with: from 3 it sends log lines
-    /// and waits as they happen.
-    version: u32,
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
         // Its stdin closes once what is queued is written: an idle worker process exits.
-        self.input.finish();
+        self.session.finish();
     }
-}
-
-/// The execution a worker serves now, with the host's handlers for its calls.
-type Serving = Arc<Mutex<Option<(u64, Handlers)>>>;
-
-/// What answers one run's calls and fetches, and the bounds its calls are held to.
-#[derive(Clone, Default)]
-struct Handlers {
-    dispatch: Option<Arc<dyn Dispatch>>,
-    outbound: Option<Arc<dyn Outbound>>,
-    admission: Admission,
-    /// The host's watch, when the run asked the worker for its events.
-    events: Option<WireEvents>,
-}
-
-/// Read the worker's messages until its stdout ends or breaks (that ending is sent too).
-/// Calls and fetches of the run being served are answered here, in the order they
-/// arrive, each answer written as soon as it is ready; the rest goes to the run.
-fn read_frames(
-    mut stdout: BufReader<ChildStdout>,
-    input: FrameWriter,
-    serving: Serving,
-) -> mpsc::Receiver<Result<ServerMessage, String>> {
-    // A few frames of slack; past it the worker's writes wait, as a pipe's would.
-    let (frames, received) = mpsc::channel(16);
-    let answer = move |message: ClientMessage| {
-        if let Some(frame) = encode_frame(&message, usize::MAX) {
-            input.send(frame);
-        }
-    };
-    tokio::spawn(async move {
-        loop {
-            let frame = match read_message::<_, ServerMessage>(&mut stdout).await {
-                Ok(Some(ServerMessage::Call { execution, call, tool_call })) => {
-                    let handlers = handlers(&serving, execution);
-                    let Some(dispatch) = handlers.dispatch.clone() else { continue };
-                    let answer = answer.clone();
-                    let in_flight = match handlers.admission.call(&tool_call) {
-                        Ok(in_flight) => in_flight,
-                        Err(refusal) => {
-                            let text = codemode_protocol::error_envelope(&refusal);
-                            answer(ClientMessage::Answer { execution, call, answer: text });
-                            continue;
-                        }
-                    };
-                    answer_in_order(
-                        Box::pin(async move { dispatch.dispatch(tool_call).await }),
-                        dispatch_panicked,
-                        move |text| {
-                            drop(in_flight);
-                            answer(ClientMessage::Answer { execution, call, answer: text });
-                        },
-                    );
-                    continue;
-                }
-                Ok(Some(ServerMessage::Fetch { execution, call, request })) => {
-                    let handlers = handlers(&serving, execution);
-                    let answer = answer.clone();
-                    let admitted = match &handlers.outbound {
-                        None => Err(texts::NETWORK_CLOSED.to_owned()),
-                        Some(_) => handlers.admission.fetch(),
-                    };
-                    let in_flight = match admitted {
-                        Ok(in_flight) => in_flight,
-                        Err(refusal) => {
-                            if serving_now(&serving, execution) {
-                                let response = crate::outbound::to_fetch_answer(Err(refusal));
-                                answer(ClientMessage::FetchAnswer { execution, call, answer: response });
-                            }
-                            continue;
-                        }
-                    };
-                    let Some(outbound) = handlers.outbound.clone() else { continue };
-                    answer_in_order(
-                        Box::pin(async move { outbound.fetch(request.into()).await }),
-                        fetch_panicked,
-                        move |response| {
-                            drop(in_flight);
-                            let response = crate::outbound::to_fetch_answer(response);
-                            answer(ClientMessage::FetchAnswer { execution, call, answer: response });
-                        },
-                    );
-                    continue;
-                }
-                // Reported here, by the task that dispatches the calls, so in order with them.
-                Ok(Some(ServerMessage::Log { execution, level, line })) => {
-                    if let Some(events) = handlers(&serving, execution).events {
-                        events.log(level, line);
-                    }
-                    continue;
-                }
-                Ok(Some(ServerMessage::Waiting { execution, calls, timers })) => {
-                    if let Some(events) = handlers(&serving, execution).events {
-                        events.waiting(calls, timers);
-                    }
-                    continue;
-                }
-                Ok(Some(message)) => Ok(message),
-                Ok(None) => Err("the worker process closed its output".to_owned()),
-                Err(problem) => Err(problem),
-            };
-            let last = frame.is_err();
-            if frames.send(frame).await.is_err() || last {
-                break;
-            }
-        }
-    });
-    received
-}
-
-/// The handlers of `execution` if the worker serves it now.
-fn handlers(serving: &Serving, execution: u64) -> Handlers {
-    match &*serving.lock().unwrap_or_else(|p| p.into_inner()) {
-        Some((now, handlers)) if *now == execution => handlers.clone(),
-        _ => Handlers::default(),
-    }
-}
-
-/// Whether the worker serves `execution` now.
-fn serving_now(serving: &Serving, execution: u64) -> bool {
-    matches!(&*serving.lock().unwrap_or_else(|p| p.into_inner()), Some((now, _)) if *now == execution)
 }
 
 /// Keep the last [`STDERR_TAIL`] bytes of a worker's stderr; the rest is read and dropped,
@@ -225,15 +92,6 @@ fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
         }
     });
     tail
-}
-
-/// Ends a worker's service of a run when the run ends, however it ends.
-struct Served<'a>(&'a Serving);
-
-impl Drop for Served<'_> {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
-    }
 }
 
 pub(crate) struct ProcessPool {
@@ -310,7 +168,7 @@ impl ProcessPool {
                 }
             },
         };
-        let logs = if worker.version >= 3 { Logs::Live } else { Logs::WithOutcome };
+        let logs = if worker.session.version() >= 3 { Logs::Live } else { Logs::WithOutcome };
         (self.run_on(worker, request, limits).await, logs)
     }
 
@@ -353,7 +211,7 @@ impl PoolShared {
             command.env(confine::CONFINEMENT_VAR, self.confinement.name());
             command.env(confine::DATA_LIMIT_VAR, self.data_limit_bytes.to_string());
         }
-        command.env(super::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
+        command.env(crate::wire::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
         // The host's time zone, so a worker's dates read as an in-process run's.
         if let Some(zone) = std::env::var_os("TZ") {
             command.env("TZ", zone);
@@ -361,25 +219,30 @@ impl PoolShared {
         let mut child = command.spawn().map_err(|e| {
             format!("cannot start the worker process {}: {e}", self.command.program.display())
         })?;
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
+        let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             return Err("the worker process has no stdio".to_owned());
         };
         let stderr = keep_stderr_tail(stderr);
-        let mut stdout = BufReader::new(stdout);
-        let greeted = async {
-            write_message(&mut stdin, &ClientMessage::Hello(Hello::current()))
-                .await
-                .map_err(|e| e.to_string())?;
-            read_message::<_, ServerMessage>(&mut stdout).await
+        let options = SessionOptions {
+            max_frame_bytes: MAX_FRAME_BYTES,
+            max_queued_bytes: MAX_QUEUED_BYTES,
+            keepalive: None,
         };
-        let version = match greeted.await {
-            Ok(Some(ServerMessage::Hello(hello))) => hello.version.min(PROTOCOL_VERSION),
-            other => {
-                let problem = match other {
-                    Err(problem) => problem,
-                    Ok(message) => format!("the worker process did not answer the hello: {message:?}"),
+        let session = match Session::start(stdout, stdin, Hello::current(), options).await {
+            Ok(session) => session,
+            Err(problem) => {
+                let problem = match problem {
+                    HelloError::Refused { message, .. } => {
+                        format!("the worker process refused the hello: {message}")
+                    }
+                    HelloError::Write(problem) => problem.to_string(),
+                    HelloError::Closed => "the worker process closed its output before its hello".to_owned(),
+                    HelloError::Unexpected(message) => {
+                        format!("the worker process did not answer the hello: {message:?}")
+                    }
+                    HelloError::Frame(problem) => problem.to_string(),
                 };
                 let status = exit_status(&mut child).await;
                 let tail = tail_text(&stderr);
@@ -390,11 +253,7 @@ impl PoolShared {
         if self.confinement.confines() {
             self.check_confined(&child)?;
         }
-        let (input, written) = FrameWriter::start(stdin);
-        tokio::spawn(written);
-        let serving = Serving::default();
-        let frames = read_frames(stdout, input.clone(), serving.clone());
-        Ok(Worker { child, stderr, input, serving, frames, next_execution: 1, version })
+        Ok(Worker { child, stderr, session, next_execution: 1 })
     }
 
     /// The host's own look at a worker that says it is locked: `Err` at `required` when
@@ -488,38 +347,30 @@ fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
 }
 
 /// One execution on a worker process: its calls are served as they arrive (by the
-/// reader), until the outcome arrives.
-async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, String> {
-    let died = || texts::WORKER_PROCESS_DIED.to_owned();
+/// session's reader), until the outcome arrives.
+async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, Ended> {
     let execution = worker.next_execution;
     worker.next_execution += 1;
     // Only a worker of version 3 or newer knows `events`; an older one refuses it.
-    let events = request.watcher.clone().filter(|_| worker.version >= 3).map(WireEvents::new);
+    let events = request.watcher.clone().filter(|_| worker.session.version() >= 3).map(WireEvents::new);
     let handlers = Handlers {
         dispatch: request.dispatch.clone(),
         outbound: request.outbound.clone(),
         admission: Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight),
-        events: events.clone(),
+        events,
     };
-    *worker.serving.lock().unwrap_or_else(|p| p.into_inner()) = Some((execution, handlers));
-    let _served = Served(&worker.serving);
     let mut wire = request.to_wire();
-    wire.events = events.is_some();
-    let execute = ClientMessage::Execute { execution, request: wire };
-    let sent = encode_frame(&execute, usize::MAX).is_some_and(|frame| worker.input.send(frame));
-    if !sent {
-        return Err(died());
+    wire.events = handlers.events.is_some();
+    let Some(frame) = encode_frame(&ClientMessage::Execute { execution, request: wire }, usize::MAX) else {
+        return Err(Ended::Lost);
+    };
+    let submitted = worker.session.submit(execution, frame, handlers);
+    if !submitted.sent {
+        return Err(Ended::Lost);
     }
-    loop {
-        match worker.frames.recv().await {
-            Some(Ok(ServerMessage::Outcome { execution: ended, outcome })) if ended == execution => {
-                if let Some(events) = &events {
-                    events.ended(&outcome);
-                }
-                return Ok(outcome);
-            }
-            Some(Ok(_)) => {}
-            Some(Err(_)) | None => return Err(died()),
-        }
+    match submitted.ended.await {
+        Ok(Ended::Outcome(outcome)) => Ok(outcome),
+        Ok(ended) => Err(ended),
+        Err(_) => Err(Ended::Lost),
     }
 }

@@ -1,0 +1,84 @@
+//! `ProcessExecutor`: process isolation as an executor of its own. Each execution runs in
+//! a worker process (`codemode stdio`) from a pool, confined as the config says; its calls
+//! come back over the worker's pipes to the request's dispatch in this process.
+
+mod pool;
+
+use std::sync::Arc;
+
+use codemode_protocol::{Outcome, OutcomeKind, scope_source};
+
+use self::pool::ProcessPool;
+use crate::config::{ExecutorConfig, WorkerCommand};
+use crate::execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainRefused};
+use crate::request::Request;
+use crate::watch;
+
+/// Runs each program in a worker process of its own: a crash, a native bug or a hostile
+/// program takes down one worker, never the host. Under confinement (the default on
+/// Linux, [`crate::Confinement::Required`]) every worker is locked before its first
+/// execution and serves only one: a run costs a worker's start (docs/daemon.md has the
+/// figures). Retaining an engine is refused ([`crate::RetainRefused::NeedsInProcess`]).
+///
+/// Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct ProcessExecutor {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ExecutorConfig,
+    pool: ProcessPool,
+}
+
+impl ProcessExecutor {
+    /// An executor whose workers are `command` (a `codemode stdio`), with `config`'s
+    /// engine, limits, ceilings, confinement and answer spin; `config.workers` workers
+    /// are kept ready.
+    pub fn new(config: ExecutorConfig, command: WorkerCommand) -> ProcessExecutor {
+        let pool = ProcessPool::new(
+            command,
+            config.workers,
+            config.confinement,
+            config.ceilings.memory_limit_bytes,
+            config.answer_spin,
+        );
+        ProcessExecutor { inner: Arc::new(Inner { config, pool }) }
+    }
+
+    /// The configuration it runs with.
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.config
+    }
+
+    /// Run one program in a worker process. Never panics; a worker that dies mid-run ends
+    /// the run `internal` and is replaced. Dropping the future kills the worker.
+    pub async fn execute(&self, request: Request) -> Outcome {
+        let (request, _end) = request.open();
+        let limits = match request.limits(&self.inner.config) {
+            Ok(limits) => limits,
+            Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
+        };
+        if let Err(refusal) = scope_source(&request.code, &request.providers) {
+            return crate::executor::refusal_outcome(&refusal);
+        }
+        let (request, delivery) = request.with_limits(&limits).watch_host_side();
+        let run = self.inner.pool.execute(request, &limits);
+        watch::delivered(run, delivery, |(outcome, logs)| (outcome, *logs)).await.0
+    }
+}
+
+impl Execute for ProcessExecutor {
+    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
+        Box::pin(ProcessExecutor::execute(self, request))
+    }
+
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        drop(request);
+        Box::pin(async { Err(RetainRefused::NeedsInProcess) })
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::of(&self.inner.config)
+    }
+}

@@ -1,0 +1,102 @@
+//! The wire's one client session (`wire::client`), through both hosts that use it: a fake
+//! daemon reached by `RemoteExecutor` and a fake worker process under `ProcessExecutor`.
+//! A peer that sends what the host never allowed meets the same answer from each.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use codemode_executor::{
+    Confinement, Execute, ExecutorConfig, ProcessExecutor, RemoteExecutor, Request, WorkerCommand,
+};
+use codemode_protocol::wire::{ClientMessage, FetchAnswer, FetchRequest, ServerMessage};
+use codemode_protocol::{Bytes, texts};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+const HELLO_3: &str = r#"{"type":"hello","protocol":"codemode","version":3}"#;
+
+/// The `fetch` a hostile peer sends for execution 1, though the run has no outbound handler.
+fn unasked_fetch() -> String {
+    let request = FetchRequest {
+        method: "GET".into(),
+        url: "https://example.com/".into(),
+        headers: vec![],
+        body: Bytes::default(),
+    };
+    serde_json::to_string(&ServerMessage::Fetch { execution: 1, call: 1, request }).unwrap()
+}
+
+/// What every host answers it: the closed network's refusal, as the sandbox's own `fetch` says.
+fn closed_network_answer() -> String {
+    let answer = FetchAnswer::Refused { error: texts::NETWORK_CLOSED.to_owned() };
+    serde_json::to_string(&ClientMessage::FetchAnswer { execution: 1, call: 1, answer }).unwrap()
+}
+
+/// A peer's script, as JavaScript for Node: answer the hello, send the fetch on the first
+/// execute, and end that execution with the line the host answered, as its result.
+fn peer_script() -> String {
+    format!(
+        r#"const rl = require('readline').createInterface({{ input: process.stdin }});
+const send = (m) => process.stdout.write((typeof m === 'string' ? m : JSON.stringify(m)) + '\n');
+rl.on('line', (line) => {{
+  const m = JSON.parse(line);
+  if (m.type === 'hello') send({hello});
+  else if (m.type === 'execute') send({fetch});
+  else if (m.type === 'fetchAnswer') send({{ type: 'outcome', execution: m.execution, outcome: {{ result: line, logs: [] }} }});
+}});"#,
+        hello = serde_json::to_string(HELLO_3).unwrap(),
+        fetch = serde_json::to_string(&unasked_fetch()).unwrap(),
+    )
+}
+
+fn socket_path() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("codemode-client-{}-{n}.sock", std::process::id()))
+}
+
+/// A fake daemon on a Unix socket that behaves as [`peer_script`] does.
+fn fake_daemon() -> String {
+    let path = socket_path();
+    let listener = tokio::net::UnixListener::bind(&path).unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let (read, mut write) = stream.into_split();
+                let mut lines = BufReader::new(read).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    let reply =
+                        match serde_json::from_str::<serde_json::Value>(&line).unwrap()["type"].as_str() {
+                            Some("hello") => HELLO_3.to_owned(),
+                            Some("execute") => unasked_fetch(),
+                            Some("fetchAnswer") => {
+                                let outcome = serde_json::json!({ "result": line, "logs": [] });
+                                serde_json::json!({ "type": "outcome", "execution": 1, "outcome": outcome })
+                                    .to_string()
+                            }
+                            _ => continue,
+                        };
+                    let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
+                }
+            });
+        }
+    });
+    format!("unix:{}", path.display())
+}
+
+async fn answered(executor: &dyn Execute) -> String {
+    let outcome = executor.execute(Request::new("async () => 1")).await;
+    outcome.to_json_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_for_a_run_without_an_outbound_handler_is_refused_alike_by_a_daemon_and_a_worker() {
+    let expected = serde_json::json!({ "result": closed_network_answer(), "logs": [] }).to_string();
+
+    let remote = RemoteExecutor::connect(&fake_daemon(), None).await.unwrap();
+    assert_eq!(answered(&remote).await, expected, "over a daemon");
+
+    let node = WorkerCommand { program: "node".into(), args: vec!["-e".into(), peer_script()] };
+    let config = ExecutorConfig { workers: 1, confinement: Confinement::Off, ..ExecutorConfig::default() };
+    let isolated = ProcessExecutor::new(config, node);
+    assert_eq!(answered(&isolated).await, expected, "from a worker process");
+}
