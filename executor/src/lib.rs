@@ -27,45 +27,43 @@
 //!
 //! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
+// The host API: the types a host names, and `Execute`, the contract every executor keeps.
+mod api;
+// The core: the in-process executor, over the runtime and its engines.
 mod budget;
-mod config;
-pub mod confine;
-pub mod daemon;
 mod engine;
-mod execute;
-mod executor;
-mod host;
-#[cfg(feature = "mcp")]
-pub mod mcp;
-pub mod metrics;
-mod outbound;
-mod pool;
+mod in_process;
+mod runtime;
+// The other executors: process isolation and daemons, over the wire's one client.
 mod process;
 mod remote;
-mod request;
-mod runtime;
-mod serve_config;
-pub mod tls;
-pub mod toolbox;
-mod watch;
-mod watchdog;
 pub mod wire;
+// The service: the daemon, its config, TLS and metrics; confinement of workers; MCP.
+pub mod confine;
+#[cfg(feature = "mcp")]
+pub mod mcp;
+mod service;
 
+pub use api::toolbox;
+pub use service::{daemon, metrics, tls};
+
+pub use api::config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Limits, WorkerCommand};
+pub use api::execute::{
+    Execute, ExecuteFuture, Profile, RETAIN_NEEDS_IN_PROCESS, RetainFuture, RetainRefused, RetainedExecution,
+};
+pub use api::outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
+pub use api::request::Request;
+pub use api::toolbox::{CallContext, ExecutionId, Provider, Toolbox};
+pub use api::watch::{
+    ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
+};
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Limits, WorkerCommand};
 pub use confine::Confinement;
-pub use execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainRefused};
-pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
-pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
+pub use in_process::executor::{Executor, NO_TOKIO_RUNTIME};
 pub use process::ProcessExecutor;
 pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
-pub use request::Request;
-pub use serve_config::{
+pub use service::serve_config::{
     ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
-};
-pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
-pub use watch::{
-    ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
 };
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.

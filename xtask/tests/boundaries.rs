@@ -1,8 +1,12 @@
 //! Tidy: the executor's module boundaries, read from its parsed source (syn), not grepped.
 //!
 //! Checked: the graph of the executor's modules (one node per file) has no cycle; only
-//! the engine bindings under `engine/<name>/` name their engine crate; the runtime
-//! names no engine binding, only the `Engine` trait's module.
+//! the engine bindings under `engine/<name>/` name their engine crate, and an engine
+//! depends on nothing but `engine/` and the budget; the runtime names no engine binding,
+//! only the `Engine` trait's module; the core (`in_process/`, `runtime/`, `engine/`, the
+//! budget) knows no other executor and no service; the host API (`api/`) depends on no
+//! executor; the wire's client and server never depend on each other; only `confine/`
+//! names the confinement crates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -242,4 +246,67 @@ fn only_confinement_names_the_confinement_crates() {
             }
         }
     }
+}
+
+/// Whether `module` is `prefix` or inside it.
+fn within(module: &[String], prefix: &[&str]) -> bool {
+    module.len() >= prefix.len() && module.iter().zip(prefix).all(|(m, p)| m == p)
+}
+
+/// Every edge of the graph from a module within `from` to one within any of `to`, as text.
+fn edges_between(from: &[&str], to: &[&[&str]]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (module, edges) in &graph() {
+        if !within(module, from) {
+            continue;
+        }
+        for edge in edges {
+            if to.iter().any(|prefix| within(edge, prefix)) {
+                found.push(format!("{} -> {}", module.join("::"), edge.join("::")));
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn engines_depend_only_on_the_engine_trait_and_the_budget() {
+    let graph = graph();
+    let mut strays = Vec::new();
+    for (module, edges) in &graph {
+        if !within(module, &["engine"]) {
+            continue;
+        }
+        for edge in edges {
+            if !within(edge, &["engine"]) && !within(edge, &["budget"]) {
+                strays.push(format!("{} -> {}", module.join("::"), edge.join("::")));
+            }
+        }
+    }
+    assert!(strays.is_empty(), "an engine depends on more than engine/ and the budget: {strays:?}");
+}
+
+#[test]
+fn the_wires_client_and_server_never_depend_on_each_other() {
+    let client = edges_between(&["wire", "client"], &[&["wire", "server"]]);
+    assert!(client.is_empty(), "the wire's client depends on its server: {client:?}");
+    let server = edges_between(&["wire", "server"], &[&["wire", "client"]]);
+    assert!(server.is_empty(), "the wire's server depends on its client: {server:?}");
+}
+
+#[test]
+fn the_core_knows_no_other_executor_and_no_service() {
+    let layers: [&[&str]; 5] = [&["process"], &["remote"], &["wire"], &["service"], &["mcp"]];
+    for core in [&["in_process"][..], &["runtime"], &["engine"], &["budget"]] {
+        let strays = edges_between(core, &layers);
+        assert!(strays.is_empty(), "the core depends on what is built above it: {strays:?}");
+    }
+}
+
+#[test]
+fn the_host_api_depends_on_no_executor() {
+    let executors: [&[&str]; 6] =
+        [&["in_process"], &["process"], &["remote"], &["wire"], &["service"], &["mcp"]];
+    let strays = edges_between(&["api"], &executors);
+    assert!(strays.is_empty(), "the host API depends on an executor: {strays:?}");
 }

@@ -62,7 +62,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceError, ServiceExt};
 use serde_json::Value as Json;
 
-use crate::toolbox::{CallContext, Provider};
+use crate::api::toolbox::{CallContext, Provider};
 
 /// The call reached a server whose connection has closed: its process exited or was
 /// killed, its HTTP session ended, or [`Upstream::close`] was called. Holes: the

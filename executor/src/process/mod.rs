@@ -9,10 +9,10 @@ use std::sync::Arc;
 use codemode_protocol::{Outcome, OutcomeKind, scope_source};
 
 use self::pool::ProcessPool;
-use crate::config::{ExecutorConfig, WorkerCommand};
-use crate::execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainRefused};
-use crate::request::Request;
-use crate::watch;
+use crate::api::config::{ExecutorConfig, WorkerCommand};
+use crate::api::execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainRefused};
+use crate::api::request::Request;
+use crate::api::watch;
 
 /// Runs each program in a worker process of its own: a crash, a native bug or a hostile
 /// program takes down one worker, never the host. Under confinement (the default on
@@ -60,7 +60,7 @@ impl ProcessExecutor {
             Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
         };
         if let Err(refusal) = scope_source(&request.code, &request.providers) {
-            return crate::executor::refusal_outcome(&refusal);
+            return crate::in_process::executor::refusal_outcome(&refusal);
         }
         let (request, delivery) = request.with_limits(&limits).watch_host_side();
         let run = self.inner.pool.execute(request, &limits);

@@ -34,13 +34,13 @@ use codemode_protocol::{Outcome, OutcomeKind, texts};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 
-use crate::config::Limits;
+use crate::api::config::Limits;
+use crate::api::request::Request;
+use crate::api::watch::{Logs, WireEvents};
 use crate::confine::{self, Confinement};
-use crate::request::Request;
-use crate::watch::{Logs, WireEvents};
 use crate::wire::client::admit::Admission;
 use crate::wire::client::{Ended, Handlers, HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
-use crate::wire::{MAX_FRAME_BYTES, encode_frame};
+use crate::wire::framing::{MAX_FRAME_BYTES, encode_frame};
 
 /// The bytes of a worker's stderr kept (its last ones), for the log when it dies.
 pub(crate) const STDERR_TAIL: usize = 4 << 10;
@@ -55,7 +55,7 @@ pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
 /// its own.
 const START_WAIT: Duration = Duration::from_secs(2);
 
-pub(crate) use crate::config::WorkerCommand;
+pub(crate) use crate::api::config::WorkerCommand;
 
 struct Worker {
     child: Child,
@@ -211,7 +211,7 @@ impl PoolShared {
             command.env(confine::CONFINEMENT_VAR, self.confinement.name());
             command.env(confine::DATA_LIMIT_VAR, self.data_limit_bytes.to_string());
         }
-        command.env(crate::wire::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
+        command.env(crate::wire::worker::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
         // The host's time zone, so a worker's dates read as an in-process run's.
         if let Some(zone) = std::env::var_os("TZ") {
             command.env("TZ", zone);

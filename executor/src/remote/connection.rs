@@ -10,10 +10,10 @@ use std::time::Duration;
 use codemode_protocol::wire::{Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, ProtocolErrorKind};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::daemon::Address;
-use crate::tls::Connector;
-use crate::wire::QuietStream;
+use crate::service::daemon::Address;
+use crate::service::tls::Connector;
 use crate::wire::client::{HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
+use crate::wire::framing::QuietStream;
 
 pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -43,7 +43,7 @@ impl Target {
         address: Address,
         token: Option<String>,
         tls: Option<Connector>,
-        options: &crate::daemon::RemoteOptions,
+        options: &crate::service::daemon::RemoteOptions,
     ) -> Target {
         Target {
             address,

@@ -33,14 +33,15 @@ use codemode_protocol::{Outcome, OutcomeKind, texts};
 
 use connection::{Target, lock};
 
-use crate::config::Limits;
-use crate::daemon::{Address, RemoteOptions, RemoteTls};
-use crate::request::Request;
-use crate::tls::Connector;
-use crate::watch::{self, Logs, WireEvents};
+use crate::api::config::Limits;
+use crate::api::execute::{Execute, ExecuteFuture, RetainFuture, RetainedExecution};
+use crate::api::request::Request;
+use crate::api::watch::{self, Logs, WireEvents};
+use crate::service::daemon::{Address, RemoteOptions, RemoteTls};
+use crate::service::tls::Connector;
 use crate::wire::client::admit::Admission;
 use crate::wire::client::{Ended, Handlers, ReleaseOnDrop, Session};
-use crate::wire::encode_frame;
+use crate::wire::framing::encode_frame;
 
 /// How long past a run's own timeout the client waits before it gives the run up.
 const ANSWER_GRACE: Duration = Duration::from_secs(2);
@@ -338,10 +339,10 @@ impl RemoteExecutor {
     /// Run one program and keep its engine on the daemon after the run ends
     /// (`retainHandles`), as [`crate::Executor::execute_retained`] does; the engine goes
     /// when the handle is released or dropped. It never moves to another daemon.
-    pub async fn execute_retained(&self, request: Request) -> (Outcome, crate::RetainedExecution) {
+    pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
         let (outcome, on) = self.run(request, true).await;
         let release = on.map(|(connection, execution)| ReleaseOnDrop { session: connection, execution });
-        (outcome, crate::RetainedExecution::remote(release))
+        (outcome, RetainedExecution::holding(release))
     }
 
     /// The outcome, and the connection and id the run had there.
@@ -438,6 +439,16 @@ impl RemoteExecutor {
             drop(submitted);
             return (outcome, Some((connection, execution)), logs);
         }
+    }
+}
+
+impl Execute for RemoteExecutor {
+    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
+        Box::pin(RemoteExecutor::execute(self, request))
+    }
+
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        Box::pin(async move { Ok(RemoteExecutor::execute_retained(self, request).await) })
     }
 }
 

@@ -15,13 +15,13 @@ use base64::engine::general_purpose::STANDARD;
 use codemode_protocol::{BINARY_TAG, ToolCall, ToolNotFoundError, error_envelope, texts};
 
 use super::State;
-use crate::engine::{BuiltinScript, HostValue, Op};
-use crate::host::{CallAnswer, Host};
-use crate::outbound::OutboundRequest;
-use crate::watch::{
+use crate::api::outbound::OutboundRequest;
+use crate::api::watch::{
     ARGUMENTS_PREVIEW_BYTES as ARGUMENTS_BOUND, FETCH_PROVIDER, StartedCall, TEXT_PREVIEW_BYTES,
     answer_error, fetch_arguments, preview,
 };
+use crate::engine::{BuiltinScript, HostValue, Op};
+use crate::in_process::host::{CallAnswer, Host};
 
 /// What the host budget is charged for a call in flight beyond its payload, and for a timer.
 const CALL_HOST_COST: usize = 128;
@@ -175,7 +175,7 @@ pub(super) fn headers_json(headers: &[(String, String)]) -> String {
     serde_json::to_string(headers).unwrap_or_else(|_| "[]".to_owned())
 }
 
-fn fetch_answer(answer: Result<crate::outbound::OutboundResponse, String>) -> HostValue {
+fn fetch_answer(answer: Result<crate::api::outbound::OutboundResponse, String>) -> HostValue {
     match answer {
         Ok(response) => HostValue::List(vec![
             HostValue::Number(f64::from(response.status)),
@@ -407,7 +407,7 @@ pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
                 Some(HostValue::String(line)) => Some(std::mem::take(line)),
                 _ => None,
             };
-            let level = crate::watch::level_from_number(number(&args, 2));
+            let level = crate::api::watch::level_from_number(number(&args, 2));
             Ok(HostValue::Bool(shared.borrow_mut().log(line, level)))
         })
     };

@@ -6,7 +6,7 @@
 //! deadline and the host's cancel. It owns the call table and its bounds, the timer
 //! schedule, the log budget, rejection tracking, the memory budget's host side and the
 //! settlement with its texts, and reports the run's events to a watcher
-//! ([`crate::watch`]). An engine only offers primitives ([`crate::engine::Engine`]).
+//! ([`crate::api::watch`]). An engine only offers primitives ([`crate::engine::Engine`]).
 
 mod calls;
 mod cpus;
@@ -28,12 +28,12 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use spin::Polled;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::api::config::Limits;
+use crate::api::watch::{Event as Watched, Watcher};
 use crate::budget::Budget;
-use crate::config::Limits;
 use crate::engine::{Arg, Engine, EngineSetup, HostValue, PROGRAM_SCRIPT, PromiseState, Stopper, Thrown};
-use crate::host::{CallAnswer, Host};
-use crate::watch::{Event as Watched, Watcher};
-use crate::watchdog::Watchdog;
+use crate::in_process::host::{CallAnswer, Host};
+use crate::in_process::watchdog::Watchdog;
 use calls::Calls;
 use codemode_protocol::wire::LogLevel;
 pub(crate) use cpus::cpus;

@@ -4,7 +4,7 @@
 
 use super::calls::{self, StateSlot};
 use super::prelude;
-use crate::config::Limits;
+use crate::api::config::Limits;
 use crate::engine::{Arg, Engine};
 
 /// An engine not yet armed, with everything every execution does first already done in it:

@@ -27,12 +27,13 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use self::admit::Admission;
-use super::{
-    FrameError, FrameHead, FrameReader, FrameWriter, encode_frame, too_large_outcome, write_message,
+use crate::api::execute::RetainedEngine;
+use crate::api::outbound::{Outbound, to_fetch_answer};
+use crate::api::watch::WireEvents;
+use crate::in_process::host::{answer_in_order, dispatch_panicked, fetch_panicked};
+use crate::wire::framing::{
+    BoundedWriter, FrameError, FrameHead, FrameReader, FrameWriter, too_large_outcome, write_message,
 };
-use crate::host::{answer_in_order, dispatch_panicked, fetch_panicked};
-use crate::outbound::{Outbound, to_fetch_answer};
-use crate::watch::WireEvents;
 
 /// Bytes of answers waiting for a peer that does not read, past which a session reads
 /// nothing more from it until it does: a frame (at most the frame bound) more at most.
@@ -141,11 +142,7 @@ impl Session {
         };
         let (writer, written) = FrameWriter::start(write);
         let session = Arc::new(Session {
-            out: Outgoing {
-                writer,
-                max_frame_bytes: options.max_frame_bytes,
-                max_queued_bytes: options.max_queued_bytes,
-            },
+            out: Outgoing(BoundedWriter::new(writer, options.max_frame_bytes, options.max_queued_bytes)),
             pending: Mutex::new(HashMap::new()),
             closed: CancellationToken::new(),
             draining: CancellationToken::new(),
@@ -159,7 +156,7 @@ impl Session {
                 _ = written => {}
                 () = writing.closed.cancelled() => {}
             }
-            writing.out.writer.close();
+            writing.out.0.writer().close();
             writing.close(|| Ended::Lost);
         });
         if let (Some(keepalive), true) = (options.keepalive, version >= 2) {
@@ -197,7 +194,7 @@ impl Session {
     /// No more frames will be sent: what is queued is written, then the stream shuts down
     /// (a worker reading stdin exits).
     pub(crate) fn finish(&self) {
-        self.out.writer.finish();
+        self.out.0.writer().finish();
     }
 
     /// Send `frame` (an `execute` already encoded within the bound) for `execution`, with
@@ -215,7 +212,7 @@ impl Session {
             lock(&self.pending).remove(&execution);
             false
         } else {
-            self.out.writer.send(frame)
+            self.out.0.writer().send(frame)
         };
         Submitted { ended, dispatched, sent, _cancel: cancel }
     }
@@ -287,6 +284,8 @@ pub(crate) struct ReleaseOnDrop {
     pub(crate) execution: u64,
 }
 
+impl RetainedEngine for ReleaseOnDrop {}
+
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         self.session.out.send(&ClientMessage::Release { execution: self.execution });
@@ -297,44 +296,18 @@ impl Drop for ReleaseOnDrop {
 /// thread that makes it when nothing else waits (an answer, by the reader that read its
 /// call), queued otherwise.
 #[derive(Clone)]
-struct Outgoing {
-    writer: FrameWriter,
-    max_frame_bytes: usize,
-    max_queued_bytes: usize,
-}
+struct Outgoing(BoundedWriter);
 
 impl Outgoing {
-    /// Whether answers waiting for the peer hold the queue's bound or more.
-    fn is_full(&self) -> bool {
-        self.writer.queued().load(Ordering::Acquire) >= self.max_queued_bytes
-    }
-
-    /// Once the queue is under its bound, or the writer has stopped.
-    async fn room(&self) {
-        let drained = self.writer.drained();
-        tokio::pin!(drained);
-        // Registered before the check, so a drain between the two is not missed.
-        drained.as_mut().enable();
-        if self.is_full() && !self.writer.is_closed() {
-            drained.await;
-        }
-    }
-
-    /// Send `message`; `false` when it is longer than the bound (nothing is sent).
     fn send(&self, message: &ClientMessage) -> bool {
-        match encode_frame(message, self.max_frame_bytes) {
-            Some(frame) => {
-                self.writer.send(frame);
-                true
-            }
-            None => false,
-        }
+        self.0.send(message)
     }
 
     /// An answer, or the refusal that stands in for one longer than the bound.
     fn answer(&self, execution: u64, call: u64, answer: String) {
         if !self.send(&ClientMessage::Answer { execution, call, answer }) {
-            let answer = error_envelope(&texts::ANSWER_TOO_LARGE.fill(&[&self.max_frame_bytes.to_string()]));
+            let answer =
+                error_envelope(&texts::ANSWER_TOO_LARGE.fill(&[&self.0.max_frame_bytes().to_string()]));
             self.send(&ClientMessage::Answer { execution, call, answer });
         }
     }
@@ -342,7 +315,7 @@ impl Outgoing {
     /// A fetch's answer, or the refusal that stands in for one longer than the bound.
     fn fetch_answer(&self, execution: u64, call: u64, answer: FetchAnswer) {
         if !self.send(&ClientMessage::FetchAnswer { execution, call, answer }) {
-            let error = texts::ANSWER_TOO_LARGE.fill(&[&self.max_frame_bytes.to_string()]);
+            let error = texts::ANSWER_TOO_LARGE.fill(&[&self.0.max_frame_bytes().to_string()]);
             let answer = FetchAnswer::Refused { error };
             self.send(&ClientMessage::FetchAnswer { execution, call, answer });
         }
@@ -381,9 +354,9 @@ where
     let ended = loop {
         // A peer that does not read its answers stops being read (so sends no more
         // calls): what waits for it here stays under the bound.
-        if session.out.is_full() {
+        if session.out.0.is_full() {
             tokio::select! {
-                () = session.out.room() => continue,
+                () = session.out.0.room(None) => continue,
                 () = session.closed.cancelled() => break Ended::Lost,
             }
         }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use codemode_protocol::Outcome;
 
-use crate::RetainedExecution;
-use crate::config::{EngineKind, ExecutorConfig, Limits};
-use crate::executor::RETAIN_NEEDS_IN_PROCESS;
-use crate::request::Request;
+/// The text of a retained run refused by process isolation ([`RetainRefused::NeedsInProcess`]).
+pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) is not available with process isolation. Use an in-process executor for it.";
+use crate::api::config::{EngineKind, ExecutorConfig, Limits};
+use crate::api::request::Request;
 
 /// The future [`Execute::execute`] returns.
 pub type ExecuteFuture<'a> = Pin<Box<dyn Future<Output = Outcome> + Send + 'a>>;
@@ -60,6 +60,36 @@ pub trait Execute: Send + Sync {
     fn live_engines(&self) -> Option<usize> {
         None
     }
+}
+
+/// A retained execution's engine, wherever it lives; released explicitly or when dropped.
+pub struct RetainedExecution {
+    engine: Option<Box<dyn RetainedEngine>>,
+}
+
+/// What each executor keeps of a retained engine: dropping it disposes the engine.
+pub(crate) trait RetainedEngine: Send + Sync {
+    /// The log lines written since the outcome (or the last call); none where the engine
+    /// keeps them to itself (a daemon's).
+    fn late_logs(&mut self) -> Vec<String> {
+        Vec::new()
+    }
+}
+
+impl RetainedExecution {
+    /// `engine` held until this is released or dropped (`None`: the run kept none).
+    pub(crate) fn holding(engine: Option<impl RetainedEngine + 'static>) -> RetainedExecution {
+        RetainedExecution { engine: engine.map(|engine| Box::new(engine) as Box<dyn RetainedEngine>) }
+    }
+
+    /// The log lines its timers and handlers wrote since the outcome (or the last call).
+    /// A daemon's retained engine keeps its late logs to itself: this is empty for one.
+    pub fn late_logs(&mut self) -> Vec<String> {
+        self.engine.as_mut().map(|engine| engine.late_logs()).unwrap_or_default()
+    }
+
+    /// Dispose the engine now: its timers stop and nothing of it runs again.
+    pub fn release(self) {}
 }
 
 /// Why [`Execute::execute_retained`] refused; its `Display` is the pinned text.
@@ -112,34 +142,6 @@ impl Profile {
             limits: config.limits.clone(),
             ceilings: config.ceilings.clone(),
         }
-    }
-}
-
-impl Execute for crate::Executor {
-    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
-        Box::pin(crate::Executor::execute(self, request))
-    }
-
-    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
-        Box::pin(async move { Ok(crate::Executor::execute_retained(self, request).await) })
-    }
-
-    fn profile(&self) -> Profile {
-        Profile::of(self.config())
-    }
-
-    fn live_engines(&self) -> Option<usize> {
-        Some(crate::Executor::live_engines(self))
-    }
-}
-
-impl Execute for crate::RemoteExecutor {
-    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
-        Box::pin(crate::RemoteExecutor::execute(self, request))
-    }
-
-    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
-        Box::pin(async move { Ok(crate::RemoteExecutor::execute_retained(self, request).await) })
     }
 }
 

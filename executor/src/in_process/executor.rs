@@ -8,17 +8,15 @@ use std::time::Instant;
 use codemode_protocol::{Outcome, OutcomeKind, entry_scope};
 use tokio::runtime::Handle;
 
-use crate::config::{EngineKind, ExecutorConfig};
+use crate::api::config::{EngineKind, ExecutorConfig};
+use crate::api::execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainedEngine, RetainedExecution};
+use crate::api::request::Request;
+use crate::api::watch::{self, Logs};
 use crate::engine::quickjs::QuickJs;
-use crate::host::{Deliver, Host};
-use crate::pool::Pool;
-use crate::request::Request;
+use crate::in_process::host::{Deliver, Host};
+use crate::in_process::pool::Pool;
+use crate::in_process::watchdog::Watchdog;
 use crate::runtime::{Control, Event, Job, Message, Settlement};
-use crate::watch::{self, Logs};
-use crate::watchdog::Watchdog;
-
-/// The text of a retained run refused by process isolation ([`crate::RetainRefused::NeedsInProcess`]).
-pub const RETAIN_NEEDS_IN_PROCESS: &str = "Retaining an engine (retainHandles) is not available with process isolation. Use an in-process executor for it.";
 
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
@@ -113,7 +111,7 @@ impl Executor {
     /// handle is released or dropped.
     pub async fn execute_retained(&self, request: Request) -> (Outcome, RetainedExecution) {
         let (outcome, retained) = self.run(request, true).await;
-        (outcome, RetainedExecution { retained, _remote: None })
+        (outcome, RetainedExecution::holding(retained))
     }
 
     async fn run(&self, request: Request, retain: bool) -> (Outcome, Option<Retained>) {
@@ -231,6 +229,24 @@ impl Executor {
     }
 }
 
+impl Execute for Executor {
+    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
+        Box::pin(Executor::execute(self, request))
+    }
+
+    fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
+        Box::pin(async move { Ok(Executor::execute_retained(self, request).await) })
+    }
+
+    fn profile(&self) -> Profile {
+        Profile::of(self.config())
+    }
+
+    fn live_engines(&self) -> Option<usize> {
+        Some(Executor::live_engines(self))
+    }
+}
+
 /// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.
 pub(crate) fn refusal_outcome(refusal: &codemode_protocol::EntryError) -> Outcome {
     let (kind, location) = match refusal {
@@ -265,34 +281,14 @@ struct Retained {
     incoming: tokio::sync::mpsc::UnboundedReceiver<Event>,
 }
 
-/// A retained execution's engine; released explicitly or when dropped.
-pub struct RetainedExecution {
-    retained: Option<Retained>,
-    /// A daemon's retained engine, held for its `Drop`, which releases it over the connection.
-    _remote: Option<Box<dyn Send + Sync>>,
-}
-
-impl RetainedExecution {
-    pub(crate) fn remote(release: impl Send + Sync + 'static) -> RetainedExecution {
-        RetainedExecution { retained: None, _remote: Some(Box::new(release)) }
-    }
-}
-
-impl RetainedExecution {
-    /// The log lines its timers and handlers wrote since the outcome (or the last call).
-    /// A daemon's retained engine keeps its late logs to itself: this is empty for one.
-    pub fn late_logs(&mut self) -> Vec<String> {
+impl RetainedEngine for Retained {
+    fn late_logs(&mut self) -> Vec<String> {
         let mut logs = Vec::new();
-        if let Some(retained) = &mut self.retained {
-            while let Ok(event) = retained.incoming.try_recv() {
-                if let Event::Log(line) = event {
-                    logs.push(line);
-                }
+        while let Ok(event) = self.incoming.try_recv() {
+            if let Event::Log(line) = event {
+                logs.push(line);
             }
         }
         logs
     }
-
-    /// Dispose the engine now: its timers stop and nothing of it runs again.
-    pub fn release(self) {}
 }

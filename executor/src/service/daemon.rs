@@ -22,9 +22,9 @@ use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 
 use crate::Execute;
-use crate::tls::Acceptor as TlsAcceptor;
-pub use crate::tls::{RemoteTls, TlsFiles};
-use crate::wire::QuietStream;
+use crate::service::tls::Acceptor as TlsAcceptor;
+pub use crate::service::tls::{RemoteTls, TlsFiles};
+use crate::wire::framing::QuietStream;
 use crate::wire::server::{self, ServeOptions, SharedExecutions};
 
 /// Connections open at once by default (authenticated or not).
@@ -280,10 +280,10 @@ impl Daemon {
         let heartbeat = tokio::spawn(beat(self.health.clone()));
         let executor: Arc<dyn Execute> = Arc::new(executor);
         let engine = server::engine_name(&*executor);
-        crate::metrics::build_info(engine);
-        crate::metrics::draining(false);
-        crate::metrics::in_flight(0);
-        crate::metrics::connections_open(0);
+        crate::service::metrics::build_info(engine);
+        crate::service::metrics::draining(false);
+        crate::service::metrics::in_flight(0);
+        crate::service::metrics::connections_open(0);
         *lock(&self.health.inner.live) = Some(live.clone());
         self.health.inner.ready.store(true, Ordering::Release);
         tracing::info!(address = %self.address, "listening");
@@ -294,7 +294,7 @@ impl Daemon {
         }
         // Draining: readiness first, then admission closes, under the word that admits.
         self.health.inner.draining.store(true, Ordering::Release);
-        crate::metrics::draining(true);
+        crate::service::metrics::draining(true);
         live.drain();
         signal.draining.cancel();
         tracing::info!(live = live.live(), timeout_ms = drain_timeout.as_millis() as u64, "draining");
@@ -424,7 +424,7 @@ impl Accepted {
             kind: ProtocolErrorKind::TooManyConnections,
             message: reason.to_owned(),
         });
-        let Some(frame) = crate::wire::encode_frame(&frame, usize::MAX) else { return };
+        let Some(frame) = crate::wire::framing::encode_frame(&frame, usize::MAX) else { return };
         let _ = match self {
             Accepted::Unix(stream) => stream.try_write(&frame),
             Accepted::Tcp(stream, _) => stream.try_write(&frame),
@@ -439,7 +439,7 @@ impl Slot {
     fn take(open: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
         let n =
             open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
-        crate::metrics::connections_open(n + 1);
+        crate::service::metrics::connections_open(n + 1);
         Some(Slot(open.clone()))
     }
 }
@@ -447,7 +447,7 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         let n = self.0.fetch_sub(1, Ordering::AcqRel);
-        crate::metrics::connections_open(n - 1);
+        crate::service::metrics::connections_open(n - 1);
     }
 }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
 
-use crate::config::{ExecutorConfig, Limits};
-use crate::outbound::Outbound;
-use crate::toolbox::{CallContext, ExecutionEnd, Toolbox};
-use crate::watch::{self, Callback, Delivery, Event, Watcher};
+use crate::api::config::{ExecutorConfig, Limits};
+use crate::api::outbound::Outbound;
+use crate::api::toolbox::{CallContext, ExecutionEnd, Toolbox};
+use crate::api::watch::{self, Callback, Delivery, Event, Watcher};
 
 /// One execution: code, providers, the host's dispatch and network policy, and overrides.
 #[derive(Clone)]

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use crossbeam_channel::Sender;
 
-use crate::config::Limits;
+use crate::api::config::Limits;
 use crate::engine::Engine;
 use crate::runtime::{self, Job, Live, Warm};
 

@@ -21,7 +21,7 @@ use codemode_protocol::wire::LogLevel;
 use codemode_protocol::{Answer, Dispatch, DispatchFuture, Outcome, ToolCall, read_answer};
 use tokio::sync::mpsc;
 
-use crate::outbound::{Outbound, OutboundFuture, OutboundRequest};
+use crate::api::outbound::{Outbound, OutboundFuture, OutboundRequest};
 
 /// Events waiting for the host at most; past it they are counted as dropped.
 pub const EVENT_QUEUE: usize = 1024;

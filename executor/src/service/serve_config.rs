@@ -40,8 +40,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{EngineKind, ExecutorConfig, Limits, WorkerCommand};
-use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
+use crate::api::config::{EngineKind, ExecutorConfig, Limits, WorkerCommand};
+use crate::service::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
 use crate::{Execute, Executor, ProcessExecutor};
 
 /// A daemon's configuration as an operator writes it.

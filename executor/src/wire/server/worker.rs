@@ -7,6 +7,10 @@
 //! allowlist goes onto every thread ([`confine::lock_worker`]); only then is the host's
 //! hello answered. At level off (no [`confine::CONFINEMENT_VAR`]), it serves as it is.
 
+/// What a worker process's host tells it in its environment: the host's
+/// [`crate::ExecutorConfig::answer_spin`] in microseconds (absent: the default).
+pub(crate) const ANSWER_SPIN_VAR: &str = "CODEMODE_ANSWER_SPIN_US";
+
 use crate::confine;
 use crate::{EngineKind, Executor, ExecutorConfig, Request};
 
@@ -42,17 +46,17 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
         let mut config = ExecutorConfig { engine, workers: 1, ..ExecutorConfig::default() };
-        if let Some(micros) = std::env::var(super::ANSWER_SPIN_VAR).ok().and_then(|v| v.parse().ok()) {
+        if let Some(micros) = std::env::var(ANSWER_SPIN_VAR).ok().and_then(|v| v.parse().ok()) {
             config.answer_spin = std::time::Duration::from_micros(micros);
         }
         let executor = Executor::new(config);
         if !level.confines() {
             let input = tokio::io::BufReader::new(tokio::io::stdin());
-            return super::server::serve(executor, input, tokio::io::stdout()).await;
+            return super::serve(executor, input, tokio::io::stdout()).await;
         }
         // Set up before the lock: it reads each descriptor's kind (fstat), refused after.
-        let options = super::server::stdio_options();
-        let stdio = super::QuietStream::lend_stdio(options.max_frame_bytes)
+        let options = super::stdio_options();
+        let stdio = crate::wire::framing::QuietStream::lend_stdio(options.max_frame_bytes)
             .transpose()
             .map_err(|e| format!("cannot read stdin: {e}"))?;
         let warm = executor.execute(Request::new(WARM_UP)).await;
@@ -64,10 +68,10 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), String> {
         // itself, from /proc).
         eprintln!("codemode stdio: confined: {}", layers.describe());
         match stdio {
-            Some(lent) => super::server::serve_lent(std::sync::Arc::new(executor), lent, options).await,
+            Some(lent) => super::serve_lent(std::sync::Arc::new(executor), lent, options).await,
             None => {
                 let input = tokio::io::BufReader::new(tokio::io::stdin());
-                super::server::serve_with(executor, input, tokio::io::stdout(), options).await
+                super::serve_with(executor, input, tokio::io::stdout(), options).await
             }
         }
     });

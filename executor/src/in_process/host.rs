@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Waker};
 use codemode_protocol::{Dispatch, ToolCall, error_envelope};
 use tokio::runtime::Handle;
 
-use crate::outbound::{Outbound, OutboundRequest, OutboundResponse};
+use crate::api::outbound::{Outbound, OutboundRequest, OutboundResponse};
 
 /// The host's answer to a tool call or a fetch.
 #[derive(Debug)]
@@ -40,8 +40,8 @@ pub(crate) struct Host {
     pub(crate) outbound: Option<Arc<dyn Outbound>>,
     pub(crate) runtime: Handle,
     pub(crate) deliver: Deliver,
-    /// The request's [`crate::request::ReadAnswers`], called while the execution waits awake.
-    pub(crate) answers: Option<crate::request::ReadAnswers>,
+    /// The request's [`crate::api::request::ReadAnswers`], called while the execution waits awake.
+    pub(crate) answers: Option<crate::api::request::ReadAnswers>,
 }
 
 impl Host {
@@ -135,7 +135,7 @@ pub(crate) fn dispatch_panicked() -> String {
 }
 
 /// The outbound handler panicked: the answer a fetch of `answer_in_order` settles with.
-pub(crate) fn fetch_panicked() -> Result<crate::outbound::OutboundResponse, String> {
+pub(crate) fn fetch_panicked() -> Result<crate::api::outbound::OutboundResponse, String> {
     Err(OUTBOUND_PANICKED.to_owned())
 }
 

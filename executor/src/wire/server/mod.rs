@@ -22,12 +22,14 @@
 //! within [`ServeOptions::hello_timeout`]; an idle one is closed after
 //! [`ServeOptions::idle_timeout`]; and messages wait for the client in a queue. While it
 //! holds [`ServeOptions::max_queued_bytes`] the connection reads nothing (so starts
-//! nothing; an execution waiting awake on a lent input, `super::lend`, reads nothing
+//! nothing; an execution waiting awake on a lent input, `framing::lend`, reads nothing
 //! either) and outcomes wait for room; one that waited while the client read nothing
 //! for [`ServeOptions::send_timeout`] is dropped for a short one
 //! ([`texts::CLIENT_NOT_READING`]). A run's `log` and `waiting` messages (version 3, for
 //! an execute that asked) are queued only while the queue holds less than half its bound
 //! and dropped otherwise: progress never holds a run or the daemon's memory.
+
+pub mod worker;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -46,13 +48,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::{
-    FrameError, FrameReader, FrameWriter, Lent, QuietStream, encode_frame, frame_length, too_large_outcome,
-    write_message,
+use crate::api::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
+use crate::api::watch::{self, Event};
+use crate::in_process::host::{CallAnswer, Claim, claim_call};
+use crate::wire::framing::{
+    self, BoundedWriter, FrameError, FrameReader, FrameWriter, Lent, QuietStream, encode_frame, frame_length,
+    lend, too_large_outcome, write_message,
 };
-use crate::host::{CallAnswer, Claim, claim_call};
-use crate::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
-use crate::watch::{self, Event};
 use crate::{Execute, Request, RetainedExecution};
 
 type Waiting = Arc<Mutex<HashMap<(u64, u64), Pending<String>>>>;
@@ -75,7 +77,7 @@ impl<T> Pending<T> {
 
     /// The call's end as an event of its span, after the answer was delivered.
     fn answered(span: tracing::Span, sent: Instant, error: bool) {
-        crate::metrics::call_duration(sent.elapsed());
+        crate::service::metrics::call_duration(sent.elapsed());
         span.in_scope(|| tracing::debug!(duration_ms = millis(sent.elapsed()), error, "call answered"));
     }
 }
@@ -158,7 +160,7 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// The largest frame read or written (its JSON, without the newline). A longer one
     /// read closes the connection with an error frame; a longer outcome is sent as kind
-    /// `resultTooLarge`, a longer call fails that call. Default [`super::MAX_FRAME_BYTES`].
+    /// `resultTooLarge`, a longer call fails that call. Default [`crate::wire::MAX_FRAME_BYTES`].
     pub max_frame_bytes: usize,
     /// Executions live at once on one connection; an execute beyond it gets an error
     /// outcome of kind `invalid`. Default [`MAX_EXECUTIONS`].
@@ -232,7 +234,7 @@ impl SharedExecutions {
         });
         match taken {
             Ok(n) => {
-                crate::metrics::in_flight(n + 1);
+                crate::service::metrics::in_flight(n + 1);
                 Ok(ExecutionSlot(self.clone()))
             }
             Err(n) if n & DRAINING_BIT != 0 => Err(RefusalReason::Draining),
@@ -267,7 +269,7 @@ struct ExecutionSlot(Arc<SharedExecutions>);
 impl Drop for ExecutionSlot {
     fn drop(&mut self) {
         let before = self.0.state.fetch_sub(1, Ordering::AcqRel);
-        crate::metrics::in_flight((before & !DRAINING_BIT) - 1);
+        crate::service::metrics::in_flight((before & !DRAINING_BIT) - 1);
     }
 }
 
@@ -275,7 +277,7 @@ impl Default for ServeOptions {
     fn default() -> ServeOptions {
         ServeOptions {
             token: None,
-            max_frame_bytes: super::MAX_FRAME_BYTES,
+            max_frame_bytes: framing::MAX_FRAME_BYTES,
             max_executions: MAX_EXECUTIONS,
             max_hello_bytes: MAX_HELLO_BYTES,
             hello_timeout: Some(HELLO_TIMEOUT),
@@ -321,7 +323,7 @@ pub(crate) fn stdio_options() -> ServeOptions {
     ServeOptions { hello_timeout: None, idle_timeout: None, send_timeout: None, ..ServeOptions::default() }
 }
 
-/// Serve a connection whose input is lent ([`super::lend`]).
+/// Serve a connection whose input is lent ([`framing::lend`]).
 pub(crate) async fn serve_lent(
     executor: Arc<dyn Execute>,
     lent: Lent,
@@ -402,7 +404,7 @@ async fn serve_connection<R, W>(
     mut input: R,
     mut output: W,
     options: ServeOptions,
-    lent: Option<Arc<super::lend::Input>>,
+    lent: Option<Arc<lend::Input>>,
 ) -> Result<(), String>
 where
     R: AsyncBufRead + Unpin,
@@ -496,7 +498,7 @@ where
                         let outcome = Outcome::failure(OutcomeKind::Internal, text.clone(), Vec::new());
                         let _ = out.push(ServerMessage::Outcome { execution, outcome });
                         tracing::info!(execution, outcome = "shutdown", "execution ended");
-                        crate::metrics::ended("shutdown");
+                        crate::service::metrics::ended("shutdown");
                     }
                     break Ok(());
                 }
@@ -576,7 +578,7 @@ where
                                 ),
                             };
                             tracing::warn!(execution, ?reason, "execution refused");
-                            crate::metrics::ended("refused");
+                            crate::service::metrics::ended("refused");
                             // A version 1 client knows no refusal: for it, an outcome.
                             let _ = out.push(if version >= 2 {
                                 ServerMessage::Refused { execution, reason, message }
@@ -680,10 +682,10 @@ where
                             })
                             .await;
                         let engine = engine_name(&*executor);
-                        crate::metrics::ended(kind.as_str());
-                        crate::metrics::execution_duration(engine, started.elapsed());
+                        crate::service::metrics::ended(kind.as_str());
+                        crate::service::metrics::execution_duration(engine, started.elapsed());
                         if let Some(live) = executor.live_engines() {
-                            crate::metrics::engines_live(engine, live);
+                            crate::service::metrics::engines_live(engine, live);
                         }
                         tracing::info!(
                             duration_ms = millis(started.elapsed()),
@@ -708,7 +710,7 @@ where
                     lock(&waiting).retain(|(owner, _), _| *owner != execution);
                     lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
                     tracing::info!(execution, outcome = "cancelled", "execution ended");
-                    crate::metrics::ended(OutcomeKind::Internal.as_str());
+                    crate::service::metrics::ended(OutcomeKind::Internal.as_str());
                     let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
                     let _ = out.push(ServerMessage::Outcome { execution, outcome });
                 }
@@ -734,7 +736,7 @@ where
     }
     // Outcomes still waiting for room learn that none will come.
     out.close();
-    super::give_back_memory();
+    framing::give_back_memory();
     result
 }
 
@@ -773,7 +775,7 @@ fn says_answer(frame: &[u8]) -> bool {
         .any(|name| then(kind, name).and_then(|r| then(r, b",")).is_some())
 }
 
-/// A frame an execution read from a lent input ([`super::lend`]): delivered if it is an
+/// A frame an execution read from a lent input ([`framing::lend`]): delivered if it is an
 /// answer (`true`); anything else, a frame that does not parse included, is the
 /// connection's to read (`false`).
 fn deliver_answer(frame: &[u8], waiting: &Waiting, fetch_waiting: &FetchWaiting, out: &Outgoing) -> bool {
@@ -823,13 +825,11 @@ struct OutcomeFrame {
 /// small outcomes.
 #[derive(Clone)]
 struct Outgoing {
-    shared: Arc<Shared>,
+    state: Arc<OutgoingState>,
 }
 
-struct Shared {
-    writer: FrameWriter,
-    max_frame_bytes: usize,
-    max_queued_bytes: usize,
+struct OutgoingState {
+    out: BoundedWriter,
     send_timeout: Option<Duration>,
     opened: Instant,
     /// Milliseconds from `opened` to the last message read.
@@ -846,10 +846,8 @@ impl Outgoing {
         if let Some(hello) = encode_frame(&ServerMessage::Hello(Hello::version(version)), usize::MAX) {
             writer.send(hello);
         }
-        let shared = Arc::new(Shared {
-            writer,
-            max_frame_bytes: options.max_frame_bytes,
-            max_queued_bytes: options.max_queued_bytes.max(1),
+        let state = Arc::new(OutgoingState {
+            out: BoundedWriter::new(writer, options.max_frame_bytes, options.max_queued_bytes),
             send_timeout: options.send_timeout,
             opened: Instant::now(),
             activity: AtomicU64::new(0),
@@ -857,14 +855,18 @@ impl Outgoing {
         let writer = tokio::spawn(async move {
             let _ = written.await;
         });
-        (Outgoing { shared }, writer)
+        (Outgoing { state }, writer)
+    }
+
+    fn writer(&self) -> &FrameWriter {
+        self.state.out.writer()
     }
 
     /// Send `message` now; `Err` gives it back when it is longer than the frame bound.
     fn push(&self, message: ServerMessage) -> Result<(), ServerMessage> {
-        match encode_frame(&message, self.shared.max_frame_bytes) {
+        match encode_frame(&message, self.limit()) {
             Some(frame) => {
-                self.shared.writer.send(frame);
+                self.writer().send(frame);
                 Ok(())
             }
             None => Err(message),
@@ -872,27 +874,17 @@ impl Outgoing {
     }
 
     fn is_closed(&self) -> bool {
-        self.shared.writer.is_closed()
+        self.writer().is_closed()
     }
 
     /// Whether the queue holds its bound of bytes or more.
     fn is_full(&self) -> bool {
-        self.shared.writer.queued().load(Ordering::Acquire) >= self.shared.max_queued_bytes
+        self.state.out.is_full()
     }
 
     /// Wait until the queue is under its bound or the writer has stopped, or until `until`.
     async fn room(&self, until: Option<tokio::time::Instant>) {
-        let drained = self.shared.writer.drained();
-        tokio::pin!(drained);
-        // Registered before the check, so a drain between the two is not missed.
-        drained.as_mut().enable();
-        if !self.is_full() || self.is_closed() {
-            return;
-        }
-        match until {
-            Some(until) => drop(tokio::time::timeout_at(until, drained).await),
-            None => drained.await,
-        }
+        self.state.out.room(until).await
     }
 
     /// Queue an event's message (a log line, a wait) if it fits in half the queue's
@@ -900,14 +892,14 @@ impl Outgoing {
     /// `false` when it was dropped instead (a client reading slowly, or past the frame
     /// bound). Never waits: it runs on the engine's thread.
     fn push_event(&self, message: &ServerMessage) -> bool {
-        let Some(frame) = encode_frame(message, self.shared.max_frame_bytes) else { return false };
+        let Some(frame) = encode_frame(message, self.limit()) else { return false };
         let length = frame.len();
-        let room = self.shared.max_queued_bytes / 2;
-        let queued = self.shared.writer.queued();
+        let room = self.state.out.max_queued_bytes() / 2;
+        let queued = self.writer().queued();
         let admitted = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
             (queued.saturating_add(length) <= room).then_some(queued + length)
         });
-        admitted.is_ok() && self.shared.writer.send_counted(frame, length)
+        admitted.is_ok() && self.writer().send_counted(frame, length)
     }
 
     /// Queue an outcome once the queue is under its bound. One that waited while the
@@ -929,26 +921,27 @@ impl Outgoing {
                 release();
                 return kind;
             }
-            let queued = self.shared.writer.queued();
+            let queued = self.writer().queued();
+            let bound = self.state.out.max_queued_bytes();
             let admitted = queued.fetch_update(Ordering::AcqRel, Ordering::Acquire, |queued| {
-                (queued < self.shared.max_queued_bytes).then_some(queued + length)
+                (queued < bound).then_some(queued + length)
             });
             if admitted.is_ok() {
                 release();
                 match encode_frame(&message, usize::MAX) {
-                    Some(bytes) => drop(self.shared.writer.send_counted(bytes, length)),
+                    Some(bytes) => drop(self.writer().send_counted(bytes, length)),
                     None => drop(queued.fetch_sub(length, Ordering::AcqRel)),
                 }
                 return kind;
             }
-            let Some(limit) = self.shared.send_timeout else {
+            let Some(limit) = self.state.send_timeout else {
                 self.room(None).await;
                 continue;
             };
-            let stalled_at = self.shared.writer.last_progress().max(waiting_since) + limit;
+            let stalled_at = self.writer().last_progress().max(waiting_since) + limit;
             if Instant::now() >= stalled_at {
                 drop(message);
-                super::give_back_memory();
+                framing::give_back_memory();
                 let text = texts::CLIENT_NOT_READING.fill(&[&limit.as_millis().to_string()]);
                 let outcome = Outcome::failure(OutcomeKind::Internal, text, Vec::new());
                 release();
@@ -963,7 +956,7 @@ impl Outgoing {
     /// outcome.
     fn outcome_frame(&self, execution: u64, outcome: Outcome) -> OutcomeFrame {
         let kind = outcome.kind();
-        let max = self.shared.max_frame_bytes;
+        let max = self.limit();
         let message = ServerMessage::Outcome { execution, outcome };
         if let Some(length) = frame_length(&message, max) {
             return OutcomeFrame { message, length, kind };
@@ -982,27 +975,27 @@ impl Outgoing {
     }
 
     fn limit(&self) -> usize {
-        self.shared.max_frame_bytes
+        self.state.out.max_frame_bytes()
     }
 
     fn touch(&self) {
-        Shared::stamp(&self.shared.opened, &self.shared.activity);
+        OutgoingState::stamp(&self.state.opened, &self.state.activity);
     }
 
     /// The last message either way: read, or written whole.
     fn last_activity(&self) -> Instant {
-        let read = self.shared.opened + Duration::from_millis(self.shared.activity.load(Ordering::Acquire));
-        read.max(self.shared.writer.last_written())
+        let read = self.state.opened + Duration::from_millis(self.state.activity.load(Ordering::Acquire));
+        read.max(self.writer().last_written())
     }
 
     /// No more messages will be made: the writer sends what is queued and stops.
     fn finish(&self) {
-        self.shared.writer.finish();
+        self.writer().finish();
     }
 
     /// The writer has stopped.
     fn close(&self) {
-        self.shared.writer.close();
+        self.writer().close();
     }
 }
 
@@ -1022,7 +1015,7 @@ impl Drop for Unsent {
     }
 }
 
-impl Shared {
+impl OutgoingState {
     fn stamp(opened: &Instant, stamp: &AtomicU64) {
         let now = u64::try_from(opened.elapsed().as_millis()).unwrap_or(u64::MAX);
         stamp.fetch_max(now, Ordering::AcqRel);

@@ -227,7 +227,7 @@ impl AsyncBufRead for Reader {
             return Poll::Ready(Ok(&this.taken[this.at..]));
         }
         this.taken.clear();
-        if this.taken.capacity() > super::KEEP_LINE_CAPACITY {
+        if this.taken.capacity() > crate::wire::framing::KEEP_LINE_CAPACITY {
             this.taken = Vec::new();
         }
         this.at = 0;
@@ -298,7 +298,7 @@ mod tests {
     use tokio::net::UnixStream;
 
     use super::{Input, Reader};
-    use crate::wire::{FrameError, FrameReader, QuietStream};
+    use crate::wire::framing::{FrameError, FrameReader, QuietStream};
 
     /// A lent input over one end of a socket pair, and the other end to write to.
     fn lent(max_frame_bytes: usize) -> (Arc<Input>, Reader, UnixStream) {
