@@ -1,17 +1,28 @@
 //! `cargo xtask`: the project's automation. `ci` runs every check CI runs; `schema`
-//! writes the wire types' JSON Schemas; `bench` runs the benchmarks.
+//! writes the wire types' JSON Schemas; `quickjs-patches` checks and maintains the QuickJS
+//! fork's patch series; `bench` runs the benchmarks.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | bench>
+const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | quickjs-patches [<option>] | bench>
   ci              cargo fmt --check, clippy with warnings denied, every test, the generated-file drift
-                  check, the Kubernetes manifests, the conformance suite against the Node peer, the mcp
-                  feature's tests, each feature combination that matters, cargo package, the minimum
-                  Rust version
+                  check, the QuickJS patch series check, the Kubernetes manifests, the conformance suite
+                  against the Node peer, the mcp feature's tests, each feature combination that matters,
+                  cargo package, the minimum Rust version
   schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
                   conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
+  quickjs-patches [--check]
+                  fail, naming each file and its first differing line, when vendor/rquickjs-sys
+                  differs from its upstream/ with its patches/ applied in order (git apply)
+  quickjs-patches --write
+                  rewrite the vendored files of vendor/rquickjs-sys from upstream/ + patches/
+  quickjs-patches --unpack DIR
+                  DIR: a git repository of upstream/, then one commit per patch; run again after
+                  fixing a patch that does not apply, to apply the rest
+  quickjs-patches --pack DIR
+                  patches/ from DIR's commits (checked to rebuild DIR's tree), then --write
   bench           run the benchmarks";
 
 fn main() -> ExitCode {
@@ -21,6 +32,26 @@ fn main() -> ExitCode {
         ["ci"] => ci(),
         ["schema"] => schema(false),
         ["schema", "--check"] => schema(true),
+        ["quickjs-patches"] | ["quickjs-patches", "--check"] => quickjs_patches_check(),
+        ["quickjs-patches", "--write"] => quickjs_patches_write(),
+        ["quickjs-patches", "--unpack", dir] => {
+            xtask::quickjs_patches::unpack(&quickjs_dir(), Path::new(dir)).map(|()| {
+                eprintln!(
+                    "xtask: {dir}: upstream/, then one commit per patch. Change the series there with git \
+                     (`git rebase -i` to edit a section's patch, a new commit for a new one, its subject the \
+                     patch's file name, its body the header), then `cargo xtask quickjs-patches --pack {dir}`."
+                )
+            })
+        }
+        ["quickjs-patches", "--pack", dir] => {
+            xtask::quickjs_patches::pack(&quickjs_dir(), Path::new(dir)).and_then(|(written, changed)| {
+                eprintln!("xtask: wrote vendor/rquickjs-sys/patches/: {}", written.join(", "));
+                for change in &changed {
+                    eprintln!("xtask: vendor/rquickjs-sys: {change}");
+                }
+                quickjs_patches_check()
+            })
+        }
         ["bench"] => bench(),
         _ => {
             eprintln!("{USAGE}");
@@ -38,6 +69,29 @@ fn main() -> ExitCode {
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+/// The vendored QuickJS fork: its files, `upstream/` and `patches/`.
+fn quickjs_dir() -> PathBuf {
+    root().join("vendor/rquickjs-sys")
+}
+
+/// The vendored QuickJS is its pristine upstream with the patch series applied, byte for
+/// byte (vendor/rquickjs-sys/PATCHES.md).
+fn quickjs_patches_check() -> Result<(), String> {
+    eprintln!("xtask: vendor/rquickjs-sys against its upstream/ with its patches/ applied");
+    xtask::quickjs_patches::check(&quickjs_dir())
+}
+
+fn quickjs_patches_write() -> Result<(), String> {
+    let changed = xtask::quickjs_patches::write(&quickjs_dir())?;
+    for change in &changed {
+        eprintln!("xtask: vendor/rquickjs-sys: {change}");
+    }
+    if changed.is_empty() {
+        eprintln!("xtask: vendor/rquickjs-sys is already upstream/ + patches/");
+    }
+    Ok(())
 }
 
 /// Our crates: the vendored QuickJS fork is a member only to be packaged with them, and
@@ -112,6 +166,7 @@ fn ci() -> Result<(), String> {
     cargo(&[&["clippy", "--workspace"][..], &NOT_OURS, &["--all-targets", "--", "-D", "warnings"]].concat())?;
     cargo(&[&["test", "--workspace"][..], &NOT_OURS].concat())?;
     schema(true)?;
+    quickjs_patches_check()?;
     deploy_manifests()?;
     node_peer()?;
     features()?;
