@@ -34,6 +34,7 @@ mod budget;
 mod engine;
 mod in_process;
 mod runtime;
+mod sync;
 // The other executors: process isolation and daemons, over the wire's one client.
 mod process;
 mod remote;

@@ -22,6 +22,7 @@ use codemode_protocol::{Answer, Dispatch, DispatchFuture, Outcome, ToolCall, rea
 use tokio::sync::mpsc;
 
 use crate::api::outbound::{Outbound, OutboundFuture, OutboundRequest};
+use crate::sync::lock;
 
 /// Events waiting for the host at most; past it they are counted as dropped.
 pub const EVENT_QUEUE: usize = 1024;
@@ -430,10 +431,6 @@ impl Outbound for WatchedOutbound {
 /// A fetch's arguments as an event shows them: its URL, as a JSON array.
 pub(crate) fn fetch_arguments(url: &str) -> String {
     serde_json::to_string(&[preview(url, ARGUMENTS_PREVIEW_BYTES)]).unwrap_or_default()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

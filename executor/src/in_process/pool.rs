@@ -20,6 +20,7 @@ use crossbeam_channel::Sender;
 use crate::api::config::Limits;
 use crate::engine::Engine;
 use crate::runtime::{self, Job, Live, Warm};
+use crate::sync::lock;
 
 /// An idle thread beyond the kept ones leaves after this long without work.
 const IDLE_EXIT_AFTER: Duration = Duration::from_secs(10);
@@ -175,10 +176,6 @@ impl Pool {
     pub(crate) fn warm_engines(&self) -> usize {
         lock(&self.shared.idle).warm.len()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn spawn_thread<E: Engine + 'static>(shared: &Arc<Shared>, first: Option<Job>, stack: usize) {

@@ -59,7 +59,7 @@ impl Ord for Due {
 }
 
 fn lock(shared: &Shared) -> MutexGuard<'_, Watches> {
-    shared.due.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::sync::lock(&shared.due)
 }
 
 impl Watchdog {

@@ -38,6 +38,7 @@ use crate::api::config::Limits;
 use crate::api::request::Request;
 use crate::api::watch::{Logs, WireEvents};
 use crate::confine::{self, Confinement};
+use crate::sync::lock;
 use crate::wire::client::admit::Admission;
 use crate::wire::client::{Ended, Handlers, HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
 use crate::wire::framing::{MAX_FRAME_BYTES, encode_frame};
@@ -85,7 +86,7 @@ fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
             if n == 0 {
                 break;
             }
-            let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
+            let mut kept = lock(&kept);
             kept.extend_from_slice(&buffer[..n]);
             let excess = kept.len().saturating_sub(STDERR_TAIL);
             kept.drain(..excess);
@@ -280,11 +281,11 @@ impl PoolShared {
     }
 
     fn take_idle(&self) -> Option<Worker> {
-        self.idle.lock().unwrap_or_else(|p| p.into_inner()).pop()
+        lock(&self.idle).pop()
     }
 
     fn put_idle(&self, worker: Worker) {
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let mut idle = lock(&self.idle);
         if idle.len() < self.keep_idle {
             idle.push(worker);
         }
@@ -292,7 +293,7 @@ impl PoolShared {
 
     /// Start workers in the background until `keep_idle` are ready or starting.
     fn refill(shared: &Arc<PoolShared>) {
-        let idle = shared.idle.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let idle = lock(&shared.idle).len();
         let starting = shared.starting.load(Ordering::SeqCst);
         for _ in (idle + starting)..shared.keep_idle {
             shared.starting.fetch_add(1, Ordering::SeqCst);
@@ -343,7 +344,7 @@ async fn exit_status(child: &mut Child) -> String {
 }
 
 fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
-    String::from_utf8_lossy(&tail.lock().unwrap_or_else(|p| p.into_inner())).trim_end().to_owned()
+    String::from_utf8_lossy(&lock(&tail)).trim_end().to_owned()
 }
 
 /// One execution on a worker process: its calls are served as they arrive (by the

@@ -4,7 +4,7 @@
 //! client, `wire::client`.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_protocol::wire::{Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, ProtocolErrorKind};
@@ -14,10 +14,6 @@ use crate::service::daemon::Address;
 use crate::service::tls::Connector;
 use crate::wire::client::{HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
 use crate::wire::framing::QuietStream;
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Where and how to connect to one daemon.
 pub(super) struct Target {

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use codemode_protocol::wire::ClientMessage;
 use codemode_protocol::{Outcome, OutcomeKind, texts};
 
-use connection::{Target, lock};
+use connection::Target;
 
 use crate::api::config::Limits;
 use crate::api::execute::{Execute, ExecuteFuture, RetainFuture, RetainedExecution};
@@ -39,6 +39,7 @@ use crate::api::request::Request;
 use crate::api::watch::{self, Logs, WireEvents};
 use crate::service::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::service::tls::Connector;
+use crate::sync::lock;
 use crate::wire::client::admit::Admission;
 use crate::wire::client::{Ended, Handlers, ReleaseOnDrop, Session};
 use crate::wire::framing::encode_frame;

@@ -24,6 +24,7 @@ use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 use crate::Execute;
 use crate::service::tls::Acceptor as TlsAcceptor;
 pub use crate::service::tls::{RemoteTls, TlsFiles};
+use crate::sync::lock;
 use crate::wire::framing::QuietStream;
 use crate::wire::server::{self, ServeOptions, SharedExecutions};
 
@@ -498,10 +499,6 @@ impl DaemonHealth {
     pub fn live_executions(&self) -> usize {
         lock(&self.inner.live).as_ref().map_or(0, |live| live.live())
     }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The runtime's heartbeat: a task that only runs when the runtime schedules it.

@@ -26,6 +26,7 @@ use rquickjs::{
 };
 
 use super::{Arg, Engine, EngineSetup, HostValue, Op, PromiseState, Rejection, Stopper, Thrown};
+use crate::sync::lock;
 use alloc::{Counting, Heap};
 
 type JsValue<'js> = rquickjs::Value<'js>;
@@ -424,7 +425,7 @@ fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
     type Cache = Mutex<HashMap<&'static str, Arc<Vec<u8>>>>;
     static COMPILED: OnceLock<Cache> = OnceLock::new();
     let cache = COMPILED.get_or_init(Mutex::default);
-    if let Some(bytecode) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(name) {
+    if let Some(bytecode) = lock(&cache).get(name) {
         return bytecode.clone();
     }
     let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
@@ -435,7 +436,7 @@ fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
             .unwrap_or_else(|e| panic!("the built-in source {name} compiles: {e}"))
     });
     let bytecode = Arc::new(bytecode);
-    cache.lock().unwrap_or_else(|p| p.into_inner()).insert(name, bytecode.clone());
+    lock(&cache).insert(name, bytecode.clone());
     bytecode
 }
 

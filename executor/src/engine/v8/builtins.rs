@@ -4,6 +4,8 @@
 //! cache, 0.8 ms with a cache of the scripts' top level only).
 
 use std::collections::HashMap;
+
+use crate::sync::lock;
 use std::sync::{Arc, Mutex, OnceLock};
 
 /// One built-in script: its source and, once a run has made it, V8's code cache.
@@ -15,11 +17,11 @@ pub(super) struct Builtin {
 
 impl Builtin {
     pub(super) fn cache(&self) -> Option<Arc<Vec<u8>>> {
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.cache).clone()
     }
 
     pub(super) fn keep_cache(&self, bytes: Vec<u8>) {
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = lock(&self.cache);
         if cache.is_none() {
             *cache = Some(Arc::new(bytes));
         }
@@ -27,7 +29,7 @@ impl Builtin {
 
     /// A cache V8 refused (another V8 build or flags): made again on the next run.
     pub(super) fn drop_cache(&self) {
-        *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *lock(&self.cache) = None;
     }
 }
 
@@ -35,7 +37,7 @@ impl Builtin {
 pub(super) fn builtin(name: &'static str, source: fn() -> String) -> Arc<Builtin> {
     static BUILTINS: OnceLock<Mutex<HashMap<&'static str, Arc<Builtin>>>> = OnceLock::new();
     let builtins = BUILTINS.get_or_init(Mutex::default);
-    let mut builtins = builtins.lock().unwrap_or_else(|p| p.into_inner());
+    let mut builtins = lock(&builtins);
     builtins
         .entry(name)
         .or_insert_with(|| Arc::new(Builtin { name, source: source(), cache: Mutex::new(None) }))

@@ -17,7 +17,7 @@ pub(crate) mod admit;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use codemode_protocol::wire::{ClientMessage, FetchAnswer, Hello, ProtocolErrorKind, ServerMessage};
@@ -31,6 +31,7 @@ use crate::api::execute::RetainedEngine;
 use crate::api::outbound::{Outbound, to_fetch_answer};
 use crate::api::watch::WireEvents;
 use crate::in_process::host::{answer_in_order, dispatch_panicked, fetch_panicked};
+use crate::sync::lock;
 use crate::wire::framing::{
     BoundedWriter, FrameError, FrameHead, FrameReader, FrameWriter, too_large_outcome, write_message,
 };
@@ -106,10 +107,6 @@ pub(crate) struct Session {
     opened: Instant,
     /// Milliseconds from `opened` to the last frame read.
     heard: AtomicU64,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Session {

@@ -13,6 +13,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWrite, AsyncWriteExt};
 
+use crate::sync::lock;
+
 pub(crate) use self::stream::{Lent, QuietStream, lend};
 pub(crate) use self::writer::{BoundedWriter, FrameWriter};
 
@@ -274,14 +276,14 @@ pub(crate) fn give_back_memory() {
             return;
         }
         tokio::spawn(async {
-            let last = *LAST.lock().unwrap_or_else(|p| p.into_inner());
+            let last = *lock(&LAST);
             if let Some(last) = last {
                 tokio::time::sleep_until(last + std::time::Duration::from_secs(1)).await;
             }
             SCHEDULED.store(false, std::sync::atomic::Ordering::Release);
             // SAFETY: malloc_trim takes no pointers and is safe to call from any thread.
             let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
-            *LAST.lock().unwrap_or_else(|p| p.into_inner()) = Some(tokio::time::Instant::now());
+            *lock(&LAST) = Some(tokio::time::Instant::now());
         });
     }
 }

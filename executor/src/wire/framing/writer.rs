@@ -237,7 +237,7 @@ impl FrameWriter {
 
 impl WriterShared {
     fn lock(&self) -> MutexGuard<'_, WriterState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        crate::sync::lock(&self.state)
     }
 
     fn uncount(&self, counted: usize) {

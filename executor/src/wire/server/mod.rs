@@ -51,6 +51,7 @@ use tracing::Instrument;
 use crate::api::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::api::watch::{self, Event};
 use crate::in_process::host::{CallAnswer, Claim, claim_call};
+use crate::sync::lock;
 use crate::wire::framing::{
     self, BoundedWriter, FrameError, FrameReader, FrameWriter, Lent, QuietStream, encode_frame, frame_length,
     lend, too_large_outcome, write_message,
@@ -123,10 +124,6 @@ impl Waiter<FetchAnswer> {
             claim.answer(CallAnswer::Fetch(Err(texts::CONNECTION_CLOSED.to_owned())));
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Executions live at once on one connection, by default.

@@ -120,7 +120,7 @@ impl State {
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::sync::lock(&state)
 }
 
 impl Input {
