@@ -160,3 +160,43 @@ fn readme_has_two_commands_and_ci_runs_the_test_command() {
         commands[1]
     );
 }
+
+/// The longest a function of the executor may be, in lines from its `fn` to its closing
+/// brace, unless the comment above it says why it stays whole ("stays whole").
+const LONGEST_FUNCTION: usize = 150;
+
+#[test]
+fn no_function_of_the_executor_is_longer_than_a_screenful_without_saying_why() {
+    let mut long = Vec::new();
+    for file in files() {
+        if !file.starts_with("executor/src") || file.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(root().join(&file)).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (at, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "async fn ", "pub async fn "]
+                .iter()
+                .any(|start| code.starts_with(start) || code.starts_with(&format!("pub(crate) {start}")));
+            if !is_fn || code.ends_with(';') {
+                continue;
+            }
+            // rustfmt closes a body at the indentation it opened at.
+            let closing = format!("{}}}", &line[..line.len() - code.len()]);
+            let Some(length) = lines[at..].iter().position(|l| *l == closing) else { continue };
+            let said = lines[..at]
+                .iter()
+                .rev()
+                .take_while(|l| l.trim_start().starts_with("//"))
+                .any(|l| l.contains("stays whole"));
+            if length + 1 > LONGEST_FUNCTION && !said {
+                long.push(format!("{}:{} ({} lines)", file.display(), at + 1, length + 1));
+            }
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {LONGEST_FUNCTION} lines with no comment saying why they stay whole: {long:?}"
+    );
+}

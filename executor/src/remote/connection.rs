@@ -3,8 +3,8 @@
 //! for an older daemon. The session itself (reader, writer, keepalive) is the wire's one
 //! client, `wire::client`.
 
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use codemode_protocol::wire::{Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, ProtocolErrorKind};

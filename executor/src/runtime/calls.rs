@@ -274,48 +274,88 @@ fn started(slot: &StateSlot) -> Result<Rc<RefCell<State>>, String> {
         .ok_or_else(|| "codemode: a host function was called before its execution started".to_owned())
 }
 
+/// The `call` op: a tool call the program made, refused here when no dispatch or a bound
+/// says so, else sent to the host.
+fn call_op(slot: &StateSlot) -> Op {
+    let slot = slot.clone();
+    Rc::new(move |mut args| {
+        let shared = started(&slot)?;
+        let call =
+            ToolCall::new(take_string(&mut args, 0), take_string(&mut args, 1), take_string(&mut args, 2));
+        let parsed = matches!(args.get(3), Some(HostValue::Bool(true)));
+        let payload = call.provider.len() + call.tool.len() + call.args_json.len();
+        if shared.borrow().host.dispatch.is_none() && shared.borrow().refusal(payload).is_none() {
+            let text = ToolNotFoundError::new(call.tool.clone()).to_string();
+            shared.borrow_mut().refused_call(&Named(&call.provider, &call.tool, &call.args_json), &text);
+            return Ok(HostValue::String(error_envelope(&text)));
+        }
+        // The names are copied for the events only when the run is watched.
+        let watched = shared.borrow().watch.is_some();
+        let (provider, tool, arguments) = if watched {
+            (
+                preview(&call.provider, TEXT_PREVIEW_BYTES),
+                preview(&call.tool, TEXT_PREVIEW_BYTES),
+                preview(&call.args_json, ARGUMENTS_BOUND),
+            )
+        } else {
+            Default::default()
+        };
+        leave(
+            &shared,
+            payload,
+            Named(&provider, &tool, &arguments),
+            parsed,
+            |host, id| host.tool_call(id, call),
+            |answer, parsed| match answer {
+                CallAnswer::Tool(text) => tool_answer(text, parsed),
+                CallAnswer::Fetch(_) => HostValue::Undefined,
+            },
+        )
+    })
+}
+
+/// The `fetch` op: a `fetch` the program made, refused when the network is closed or a
+/// bound says so, else sent to the outbound handler.
+fn fetch_op(slot: &StateSlot) -> Op {
+    let slot = slot.clone();
+    Rc::new(move |mut args| {
+        let shared = started(&slot)?;
+        let headers: Vec<(String, String)> = serde_json::from_str(&string(&args, 2)).unwrap_or_default();
+        let request = OutboundRequest {
+            method: take_string(&mut args, 0),
+            url: take_string(&mut args, 1),
+            headers,
+            body: take_bytes(&mut args, 3),
+        };
+        let payload = request.url.len() + request.body.len();
+        let watched = shared.borrow().watch.is_some();
+        let (method, arguments) = if watched {
+            (request.method.clone(), fetch_arguments(&request.url))
+        } else {
+            Default::default()
+        };
+        let named = Named(FETCH_PROVIDER, &method, &arguments);
+        if shared.borrow().host.outbound.is_none() && shared.borrow().refusal(payload).is_none() {
+            shared.borrow_mut().refused_call(&named, texts::NETWORK_CLOSED);
+            return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
+        }
+        leave(
+            &shared,
+            payload,
+            named,
+            false,
+            |host, id| host.fetch(id, request),
+            |answer, _| match answer {
+                CallAnswer::Fetch(answer) => fetch_answer(answer),
+                CallAnswer::Tool(_) => HostValue::Undefined,
+            },
+        )
+    })
+}
+
 /// The ops the prelude receives, each reading its execution's state from `slot`.
 pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
-    let call: Op = {
-        let slot = slot.clone();
-        Rc::new(move |mut args| {
-            let shared = started(&slot)?;
-            let call = ToolCall::new(
-                take_string(&mut args, 0),
-                take_string(&mut args, 1),
-                take_string(&mut args, 2),
-            );
-            let parsed = matches!(args.get(3), Some(HostValue::Bool(true)));
-            let payload = call.provider.len() + call.tool.len() + call.args_json.len();
-            if shared.borrow().host.dispatch.is_none() && shared.borrow().refusal(payload).is_none() {
-                let text = ToolNotFoundError::new(call.tool.clone()).to_string();
-                shared.borrow_mut().refused_call(&Named(&call.provider, &call.tool, &call.args_json), &text);
-                return Ok(HostValue::String(error_envelope(&text)));
-            }
-            // The names are copied for the events only when the run is watched.
-            let watched = shared.borrow().watch.is_some();
-            let (provider, tool, arguments) = if watched {
-                (
-                    preview(&call.provider, TEXT_PREVIEW_BYTES),
-                    preview(&call.tool, TEXT_PREVIEW_BYTES),
-                    preview(&call.args_json, ARGUMENTS_BOUND),
-                )
-            } else {
-                Default::default()
-            };
-            leave(
-                &shared,
-                payload,
-                Named(&provider, &tool, &arguments),
-                parsed,
-                |host, id| host.tool_call(id, call),
-                |answer, parsed| match answer {
-                    CallAnswer::Tool(text) => tool_answer(text, parsed),
-                    CallAnswer::Fetch(_) => HostValue::Undefined,
-                },
-            )
-        })
-    };
+    let call = call_op(slot);
     // A call whose text is past the payload bound in UTF-16 units: refused with that count,
     // which is at most its bytes, without copying it out of the engine.
     let refuse_large: Op = {
@@ -335,42 +375,7 @@ pub(super) fn ops(slot: &StateSlot) -> Vec<(&'static str, Op)> {
             Ok(HostValue::String(text))
         })
     };
-    let fetch: Op = {
-        let slot = slot.clone();
-        Rc::new(move |mut args| {
-            let shared = started(&slot)?;
-            let headers: Vec<(String, String)> = serde_json::from_str(&string(&args, 2)).unwrap_or_default();
-            let request = OutboundRequest {
-                method: take_string(&mut args, 0),
-                url: take_string(&mut args, 1),
-                headers,
-                body: take_bytes(&mut args, 3),
-            };
-            let payload = request.url.len() + request.body.len();
-            let watched = shared.borrow().watch.is_some();
-            let (method, arguments) = if watched {
-                (request.method.clone(), fetch_arguments(&request.url))
-            } else {
-                Default::default()
-            };
-            let named = Named(FETCH_PROVIDER, &method, &arguments);
-            if shared.borrow().host.outbound.is_none() && shared.borrow().refusal(payload).is_none() {
-                shared.borrow_mut().refused_call(&named, texts::NETWORK_CLOSED);
-                return Ok(refused(texts::NETWORK_CLOSED.to_owned()));
-            }
-            leave(
-                &shared,
-                payload,
-                named,
-                false,
-                |host, id| host.fetch(id, request),
-                |answer, _| match answer {
-                    CallAnswer::Fetch(answer) => fetch_answer(answer),
-                    CallAnswer::Tool(_) => HostValue::Undefined,
-                },
-            )
-        })
-    };
+    let fetch = fetch_op(slot);
     let timer: Op = {
         let slot = slot.clone();
         Rc::new(move |args| {

@@ -41,7 +41,7 @@ use codemode_protocol::wire::{
     ClientMessage, FetchAnswer, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_NAME, PROTOCOL_VERSION,
     ProtocolError, ProtocolErrorKind, RefusalReason, ServerMessage, negotiate,
 };
-use codemode_protocol::{Dispatch, Outcome, OutcomeKind, ToolCall, error_envelope};
+use codemode_protocol::{Dispatch, ExecuteRequest, Outcome, OutcomeKind, ToolCall, error_envelope};
 use tokio::io::{AsyncBufRead, AsyncWrite};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -408,52 +408,24 @@ where
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut frames = FrameReader::new(options.max_hello_bytes);
-    let first = match options.hello_timeout {
-        None => frames.next::<_, ClientMessage>(&mut input).await,
-        Some(limit) => match tokio::time::timeout(limit, frames.next(&mut input)).await {
-            Ok(first) => first,
-            Err(_) => {
-                let message = texts::HELLO_TIMEOUT.fill(&[&limit.as_millis().to_string()]);
-                return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
-            }
-        },
-    };
-    let version = match first {
-        Ok(Some(ClientMessage::Hello(hello)))
-            if hello.protocol == PROTOCOL_NAME && negotiate(hello.version).is_some() =>
-        {
-            if let Some(expected) = &options.token
-                && !token_matches(hello.token.as_deref(), expected)
-            {
-                let message = if hello.token.is_none() {
-                    "this daemon requires a token and the hello carried none; pass the token the daemon was started with"
-                } else {
-                    "the hello's token is not this daemon's token"
-                };
-                return refuse(&mut output, ProtocolErrorKind::Unauthorized, message.to_owned()).await;
-            }
-            negotiate(hello.version).unwrap_or(OLDEST_PROTOCOL_VERSION)
-        }
-        Ok(Some(ClientMessage::Hello(hello))) => {
-            let message = format!(
-                "this server speaks {PROTOCOL_NAME} versions {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; the client said {} version {}",
-                hello.protocol, hello.version
-            );
-            return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
-        }
-        Ok(Some(_)) => {
-            let message = "the first message must be a hello".to_owned();
-            return refuse(&mut output, ProtocolErrorKind::Hello, message).await;
-        }
+    let version = match greet(&mut frames, &mut input, &options).await {
+        Ok(Some(version)) => version,
         Ok(None) => return Ok(()),
-        Err(FrameError::TooLarge { max, .. }) => {
-            let message = texts::HELLO_TOO_LARGE.fill(&[&max.to_string()]);
-            return refuse(&mut output, ProtocolErrorKind::FrameTooLarge, message).await;
-        }
-        Err(problem) => return refuse(&mut output, problem.kind(), problem.to_string()).await,
+        Err((kind, message)) => return refuse(&mut output, kind, message).await,
     };
     frames.set_max_bytes(options.max_frame_bytes);
     let (out, mut writer) = Outgoing::start(output, &options, version);
+    let executions = Executions {
+        executor,
+        out: out.clone(),
+        version,
+        lent,
+        waiting: Arc::default(),
+        fetch_waiting: Arc::default(),
+        running: Arc::default(),
+        retained: Arc::default(),
+        unsent: Arc::default(),
+    };
     let drain = options.drain.clone().unwrap_or_default();
     let mut told_draining = false;
     // One clock for the whole connection: a client sending without pause cannot keep
@@ -461,18 +433,10 @@ where
     let mut drain_tick = tokio::time::interval_at(tokio::time::Instant::now() + DRAIN_POLL, DRAIN_POLL);
     drain_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut writer_done = false;
-    let waiting: Waiting = Arc::default();
-    let fetch_waiting: FetchWaiting = Arc::default();
-    let running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>> = Arc::default();
-    let retained: Retained = Arc::default();
-    // Executions whose outcome waits to be queued.
-    let unsent: Arc<Mutex<HashSet<u64>>> = Arc::default();
-    let count = || lock(&running).len() + lock(&retained).len() + lock(&unsent).len();
-    let live = || count() > 0;
     let result = loop {
         // The idle clock runs only while nothing is live.
         let idle_at = options.idle_timeout.map(|limit| {
-            let since = if live() { Instant::now() } else { out.last_activity() };
+            let since = if executions.live() { Instant::now() } else { out.last_activity() };
             tokio::time::Instant::from_std(since + limit)
         });
         // A client that does not read stops being read: nothing new starts for it, and its
@@ -489,20 +453,13 @@ where
             _ = drain_tick.tick(), if told_draining => {
                 if drain.shut_down.is_cancelled() {
                     // The drain timeout passed: what still runs ends now, with its outcome.
-                    let text = texts::DAEMON_SHUT_DOWN.fill(&[&drain.timeout.as_millis().to_string()]);
-                    for (execution, task) in lock(&running).drain() {
-                        task.abort();
-                        let outcome = Outcome::failure(OutcomeKind::Internal, text.clone(), Vec::new());
-                        let _ = out.push(ServerMessage::Outcome { execution, outcome });
-                        tracing::info!(execution, outcome = "shutdown", "execution ended");
-                        crate::service::metrics::ended("shutdown");
-                    }
+                    executions.shut_down(drain.timeout);
                     break Ok(());
                 }
                 // Drained: nothing of this connection's is left to finish, and the client has
                 // been quiet a while (an execute it sent as the drain began was read, and
                 // refused or run).
-                if !live() && out.last_activity().elapsed() >= DRAIN_QUIET {
+                if !executions.live() && out.last_activity().elapsed() >= DRAIN_QUIET {
                     break Ok(());
                 }
                 continue;
@@ -522,7 +479,7 @@ where
             }
             () = sleep_until(idle_at) => {
                 let limit = options.idle_timeout.unwrap_or_default();
-                if live() || out.last_activity().elapsed() < limit {
+                if executions.live() || out.last_activity().elapsed() < limit {
                     continue;
                 }
                 let message = texts::CONNECTION_IDLE.fill(&[&limit.as_millis().to_string()]);
@@ -539,193 +496,11 @@ where
             }
         };
         out.touch();
-        match message {
-            ClientMessage::Hello(_) => {}
-            ClientMessage::Ping { id } => {
-                let _ = out.push(ServerMessage::Pong { id });
-            }
-            ClientMessage::Execute { execution, request } => {
-                if lock(&running).contains_key(&execution)
-                    || lock(&retained).contains_key(&execution)
-                    || lock(&unsent).contains(&execution)
-                {
-                    let problem =
-                        format!("execution {execution} is still live; give each execution its own id");
-                    let _ = out.push(refusal(ProtocolErrorKind::DuplicateExecution, problem.clone()));
-                    break Err(problem);
-                }
-                if count() >= options.max_executions {
-                    let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
-                    let outcome = Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
-                    let _ = out.push(ServerMessage::Outcome { execution, outcome });
-                    continue;
-                }
-                let slot = match &options.shared_executions {
-                    None => None,
-                    Some(shared) => match shared.take() {
-                        Ok(slot) => Some(slot),
-                        Err(reason) => {
-                            let (message, kind) = match reason {
-                                RefusalReason::Draining => {
-                                    (texts::DAEMON_DRAINING.to_owned(), OutcomeKind::Internal)
-                                }
-                                RefusalReason::Full => (
-                                    texts::DAEMON_EXECUTIONS_FULL.fill(&[&shared.max.to_string()]),
-                                    OutcomeKind::Invalid,
-                                ),
-                            };
-                            tracing::warn!(execution, ?reason, "execution refused");
-                            crate::service::metrics::ended("refused");
-                            // A version 1 client knows no refusal: for it, an outcome.
-                            let _ = out.push(if version >= 2 {
-                                ServerMessage::Refused { execution, reason, message }
-                            } else {
-                                let outcome = Outcome::failure(kind, message, Vec::new());
-                                ServerMessage::Outcome { execution, outcome }
-                            });
-                            continue;
-                        }
-                    },
-                };
-                let retain = request.retain_handles;
-                let next_call = Arc::new(AtomicU64::new(1));
-                // A child of the connection's span (the daemon's), which this task is in.
-                let span = tracing::info_span!("execution", id = execution);
-                let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
-                    execution,
-                    span: span.clone(),
-                    next_call: next_call.clone(),
-                    out: out.clone(),
-                    waiting: waiting.clone(),
-                });
-                let outbound: Arc<dyn Outbound> = Arc::new(WireOutbound {
-                    execution,
-                    span: span.clone(),
-                    next_call,
-                    out: out.clone(),
-                    waiting: fetch_waiting.clone(),
-                });
-                // Version 3: the run's log lines and waits go to the client as they happen.
-                let forwarder = (request.events && version >= 3)
-                    .then(|| Arc::new(EventForwarder::new(execution, out.clone())));
-                let mut request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
-                if let Some(lent) = &lent {
-                    let (lent, waiting, fetch_waiting, out) =
-                        (lent.clone(), waiting.clone(), fetch_waiting.clone(), out.clone());
-                    request = request.read_answers_with(Arc::new(move || {
-                        // A client that does not read is not read from (the loop's `full`):
-                        // its answers wait in the input, and the execution's next call with them.
-                        if !out.is_full() {
-                            lent.read_answers(|frame| {
-                                !out.is_full() && deliver_answer(frame, &waiting, &fetch_waiting, &out)
-                            });
-                        }
-                    }));
-                }
-                if let Some(forwarder) = &forwarder {
-                    let forwarder = forwarder.clone();
-                    let forward = watch::forwarding(Arc::new(move |event: &Event| forwarder.forward(event)));
-                    request = request.forward_events(forward);
-                }
-                let (executor, out, running_map, retained_map, unsent_ids) =
-                    (executor.clone(), out.clone(), running.clone(), retained.clone(), unsent.clone());
-                let (waiting_map, fetch_waiting_map) = (waiting.clone(), fetch_waiting.clone());
-                span.in_scope(|| tracing::info!("execution started"));
-                let started = Instant::now();
-                // The task waits until its id is recorded as running: a run that ends at once
-                // must not remove its id before the id is there (which left a stale entry
-                // that refused the id's next use).
-                let (recorded, gate) = oneshot::channel::<()>();
-                let task = tokio::spawn(
-                    async move {
-                        // Held until the outcome is queued (or, retained, until released).
-                        let mut slot = slot;
-                        let _ = gate.await;
-                        let outcome = if retain {
-                            match executor.execute_retained(request).await {
-                                Ok((outcome, handle)) => {
-                                    lock(&retained_map).insert(execution, (handle, slot.take()));
-                                    outcome
-                                }
-                                Err(refused) => {
-                                    Outcome::failure(OutcomeKind::Invalid, refused.to_string(), Vec::new())
-                                }
-                            }
-                        } else {
-                            executor.execute(request).await
-                        };
-                        // Nothing after the outcome: a retained engine's late lines stay there.
-                        if let Some(forwarder) = &forwarder {
-                            forwarder.close();
-                        }
-                        lock(&waiting_map).retain(|(owner, _), _| *owner != execution);
-                        lock(&fetch_waiting_map).retain(|(owner, _), _| *owner != execution);
-                        let frame = out.outcome_frame(execution, outcome);
-                        // Counted live until its outcome is queued, so a client that does not
-                        // read holds its executions' places; no longer cancellable, so a
-                        // cancel now cannot make a second outcome.
-                        let unsent = Unsent::record(&unsent_ids, execution);
-                        if lock(&running_map).remove(&execution).is_none() {
-                            return;
-                        }
-                        // Its places (on the connection and in the daemon) are given back as
-                        // the outcome is queued, before the client can read it and send the
-                        // next execute, and before it is counted as ended, so a scrape that
-                        // sees the end sees it out of flight too.
-                        let kind = out
-                            .push_outcome(execution, frame, || {
-                                drop(unsent);
-                                drop(slot.take());
-                            })
-                            .await;
-                        let engine = engine_name(&*executor);
-                        crate::service::metrics::ended(kind.as_str());
-                        crate::service::metrics::execution_duration(engine, started.elapsed());
-                        if let Some(live) = executor.live_engines() {
-                            crate::service::metrics::engines_live(engine, live);
-                        }
-                        tracing::info!(
-                            duration_ms = millis(started.elapsed()),
-                            outcome = kind.as_str(),
-                            "execution ended"
-                        );
-                    }
-                    .instrument(span),
-                );
-                lock(&running).insert(execution, task);
-                let _ = recorded.send(());
-            }
-            ClientMessage::Answer { execution, call, answer } => {
-                answer_call(&waiting, execution, call, answer)
-            }
-            ClientMessage::FetchAnswer { execution, call, answer } => {
-                answer_fetch(&fetch_waiting, execution, call, answer);
-            }
-            ClientMessage::Cancel { execution } => {
-                if let Some(task) = lock(&running).remove(&execution) {
-                    task.abort();
-                    lock(&waiting).retain(|(owner, _), _| *owner != execution);
-                    lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
-                    tracing::info!(execution, outcome = "cancelled", "execution ended");
-                    crate::service::metrics::ended(OutcomeKind::Internal.as_str());
-                    let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
-                    let _ = out.push(ServerMessage::Outcome { execution, outcome });
-                }
-                lock(&retained).remove(&execution);
-            }
-            ClientMessage::Release { execution } => {
-                lock(&retained).remove(&execution);
-            }
+        if let Err(problem) = executions.handle(message, &options) {
+            break Err(problem);
         }
     };
-    for (_, task) in lock(&running).drain() {
-        task.abort();
-    }
-    lock(&retained).clear();
-    let abandoned: Vec<_> = lock(&waiting).drain().map(|(_, pending)| pending.waiter).collect();
-    abandoned.into_iter().for_each(Waiter::<String>::abandon);
-    let abandoned: Vec<_> = lock(&fetch_waiting).drain().map(|(_, pending)| pending.waiter).collect();
-    abandoned.into_iter().for_each(Waiter::<FetchAnswer>::abandon);
+    executions.end();
     // What is queued (an error frame) goes out if the client reads it within the grace.
     out.finish();
     if !writer_done && tokio::time::timeout(CLOSE_GRACE, &mut writer).await.is_err() {
@@ -735,6 +510,327 @@ where
     out.close();
     framing::give_back_memory();
     result
+}
+
+/// Read the client's hello within the bounds: the version agreed, `None` when the client
+/// closed first, or the refusal (its kind and text) to write before closing.
+async fn greet<R: AsyncBufRead + Unpin>(
+    frames: &mut FrameReader,
+    input: &mut R,
+    options: &ServeOptions,
+) -> Result<Option<u32>, (ProtocolErrorKind, String)> {
+    let first = match options.hello_timeout {
+        None => frames.next::<_, ClientMessage>(input).await,
+        Some(limit) => match tokio::time::timeout(limit, frames.next(input)).await {
+            Ok(first) => first,
+            Err(_) => {
+                let message = texts::HELLO_TIMEOUT.fill(&[&limit.as_millis().to_string()]);
+                return Err((ProtocolErrorKind::Hello, message));
+            }
+        },
+    };
+    match first {
+        Ok(Some(ClientMessage::Hello(hello)))
+            if hello.protocol == PROTOCOL_NAME && negotiate(hello.version).is_some() =>
+        {
+            if let Some(expected) = &options.token
+                && !token_matches(hello.token.as_deref(), expected)
+            {
+                let message = if hello.token.is_none() {
+                    "this daemon requires a token and the hello carried none; pass the token the daemon was started with"
+                } else {
+                    "the hello's token is not this daemon's token"
+                };
+                return Err((ProtocolErrorKind::Unauthorized, message.to_owned()));
+            }
+            Ok(Some(negotiate(hello.version).unwrap_or(OLDEST_PROTOCOL_VERSION)))
+        }
+        Ok(Some(ClientMessage::Hello(hello))) => {
+            let message = format!(
+                "this server speaks {PROTOCOL_NAME} versions {OLDEST_PROTOCOL_VERSION} to {PROTOCOL_VERSION}; the client said {} version {}",
+                hello.protocol, hello.version
+            );
+            Err((ProtocolErrorKind::Hello, message))
+        }
+        Ok(Some(_)) => Err((ProtocolErrorKind::Hello, "the first message must be a hello".to_owned())),
+        Ok(None) => Ok(None),
+        Err(FrameError::TooLarge { max, .. }) => {
+            Err((ProtocolErrorKind::FrameTooLarge, texts::HELLO_TOO_LARGE.fill(&[&max.to_string()])))
+        }
+        Err(problem) => Err((problem.kind(), problem.to_string())),
+    }
+}
+
+/// One connection's executions: the executor they run on, what runs, what waits for the
+/// client's answer, what is retained, and what waits to send its outcome.
+struct Executions {
+    executor: Arc<dyn Execute>,
+    out: Outgoing,
+    version: u32,
+    /// The connection's input, lent to an execution waiting awake for an answer.
+    lent: Option<Arc<lend::Input>>,
+    waiting: Waiting,
+    fetch_waiting: FetchWaiting,
+    running: Arc<Mutex<HashMap<u64, JoinHandle<()>>>>,
+    retained: Retained,
+    /// Executions whose outcome waits to be queued.
+    unsent: Arc<Mutex<HashSet<u64>>>,
+}
+
+impl Executions {
+    /// Executions live on the connection: running, retained, or with an outcome unsent.
+    fn count(&self) -> usize {
+        lock(&self.running).len() + lock(&self.retained).len() + lock(&self.unsent).len()
+    }
+
+    fn live(&self) -> bool {
+        self.count() > 0
+    }
+
+    /// One message from the client after its hello; `Err` ends the connection.
+    fn handle(&self, message: ClientMessage, options: &ServeOptions) -> Result<(), String> {
+        match message {
+            ClientMessage::Hello(_) => {}
+            ClientMessage::Ping { id } => {
+                let _ = self.out.push(ServerMessage::Pong { id });
+            }
+            ClientMessage::Execute { execution, request } => self.execute(execution, request, options)?,
+            ClientMessage::Answer { execution, call, answer } => {
+                answer_call(&self.waiting, execution, call, answer)
+            }
+            ClientMessage::FetchAnswer { execution, call, answer } => {
+                answer_fetch(&self.fetch_waiting, execution, call, answer);
+            }
+            ClientMessage::Cancel { execution } => self.cancel(execution),
+            ClientMessage::Release { execution } => {
+                lock(&self.retained).remove(&execution);
+            }
+        }
+        Ok(())
+    }
+
+    /// Start an execute, or refuse it with an outcome; `Err` (an id still live) ends the
+    /// connection.
+    fn execute(&self, execution: u64, request: ExecuteRequest, options: &ServeOptions) -> Result<(), String> {
+        if lock(&self.running).contains_key(&execution)
+            || lock(&self.retained).contains_key(&execution)
+            || lock(&self.unsent).contains(&execution)
+        {
+            let problem = format!("execution {execution} is still live; give each execution its own id");
+            let _ = self.out.push(refusal(ProtocolErrorKind::DuplicateExecution, problem.clone()));
+            return Err(problem);
+        }
+        if self.count() >= options.max_executions {
+            let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
+            let outcome = Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
+            let _ = self.out.push(ServerMessage::Outcome { execution, outcome });
+            return Ok(());
+        }
+        let Some(slot) = self.slot(execution, options) else { return Ok(()) };
+        let retain = request.retain_handles;
+        // A child of the connection's span (the daemon's), which this task is in.
+        let span = tracing::info_span!("execution", id = execution);
+        let (request, forwarder) = self.request(execution, request, &span);
+        span.in_scope(|| tracing::info!("execution started"));
+        // The task waits until its id is recorded as running: a run that ends at once
+        // must not remove its id before the id is there (which left a stale entry that
+        // refused the id's next use).
+        let (recorded, gate) = oneshot::channel::<()>();
+        let run = Run { execution, retain, slot, forwarder, started: Instant::now() };
+        let task = tokio::spawn(self.run(run, request, gate).instrument(span));
+        lock(&self.running).insert(execution, task);
+        let _ = recorded.send(());
+        Ok(())
+    }
+
+    /// The execution's place among the daemon's (`Some(None)` outside a daemon), or `None`
+    /// when the daemon refused it (its refusal sent).
+    fn slot(&self, execution: u64, options: &ServeOptions) -> Option<Option<ExecutionSlot>> {
+        let Some(shared) = &options.shared_executions else { return Some(None) };
+        let reason = match shared.take() {
+            Ok(slot) => return Some(Some(slot)),
+            Err(reason) => reason,
+        };
+        let (message, kind) = match reason {
+            RefusalReason::Draining => (texts::DAEMON_DRAINING.to_owned(), OutcomeKind::Internal),
+            RefusalReason::Full => {
+                (texts::DAEMON_EXECUTIONS_FULL.fill(&[&shared.max.to_string()]), OutcomeKind::Invalid)
+            }
+        };
+        tracing::warn!(execution, ?reason, "execution refused");
+        crate::service::metrics::ended("refused");
+        // A version 1 client knows no refusal: for it, an outcome.
+        let _ = self.out.push(if self.version >= 2 {
+            ServerMessage::Refused { execution, reason, message }
+        } else {
+            let outcome = Outcome::failure(kind, message, Vec::new());
+            ServerMessage::Outcome { execution, outcome }
+        });
+        None
+    }
+
+    /// The request as the executor runs it: its calls and fetches sent to the client, its
+    /// answers read from the lent input while it waits awake, and (version 3, asked for)
+    /// its log lines and waits forwarded as they happen.
+    fn request(
+        &self,
+        execution: u64,
+        request: ExecuteRequest,
+        span: &tracing::Span,
+    ) -> (Request, Option<Arc<EventForwarder>>) {
+        let next_call = Arc::new(AtomicU64::new(1));
+        let dispatch: Arc<dyn Dispatch> = Arc::new(WireDispatch {
+            execution,
+            span: span.clone(),
+            next_call: next_call.clone(),
+            out: self.out.clone(),
+            waiting: self.waiting.clone(),
+        });
+        let outbound: Arc<dyn Outbound> = Arc::new(WireOutbound {
+            execution,
+            span: span.clone(),
+            next_call,
+            out: self.out.clone(),
+            waiting: self.fetch_waiting.clone(),
+        });
+        let forwarder = (request.events && self.version >= 3)
+            .then(|| Arc::new(EventForwarder::new(execution, self.out.clone())));
+        let mut request = Request::from_wire_with(request, Some(dispatch), Some(outbound));
+        if let Some(lent) = &self.lent {
+            let (lent, waiting, fetch_waiting, out) =
+                (lent.clone(), self.waiting.clone(), self.fetch_waiting.clone(), self.out.clone());
+            request = request.read_answers_with(Arc::new(move || {
+                // A client that does not read is not read from (the loop's `full`): its
+                // answers wait in the input, and the execution's next call with them.
+                if !out.is_full() {
+                    lent.read_answers(|frame| {
+                        !out.is_full() && deliver_answer(frame, &waiting, &fetch_waiting, &out)
+                    });
+                }
+            }));
+        }
+        if let Some(forwarder) = &forwarder {
+            let forwarder = forwarder.clone();
+            let forward = watch::forwarding(Arc::new(move |event: &Event| forwarder.forward(event)));
+            request = request.forward_events(forward);
+        }
+        (request, forwarder)
+    }
+
+    /// The task of one execution: it runs once `gate` says its id is recorded, then queues
+    /// its outcome (unless cancelled meanwhile) and gives back its places.
+    fn run(
+        &self,
+        run: Run,
+        request: Request,
+        gate: oneshot::Receiver<()>,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (executor, out) = (self.executor.clone(), self.out.clone());
+        let (running, retained, unsent) = (self.running.clone(), self.retained.clone(), self.unsent.clone());
+        let (waiting, fetch_waiting) = (self.waiting.clone(), self.fetch_waiting.clone());
+        async move {
+            let Run { execution, retain, mut slot, forwarder, started } = run;
+            let _ = gate.await;
+            let outcome = if retain {
+                match executor.execute_retained(request).await {
+                    Ok((outcome, handle)) => {
+                        // Held until released: the retained engine keeps its place.
+                        lock(&retained).insert(execution, (handle, slot.take()));
+                        outcome
+                    }
+                    Err(refused) => Outcome::failure(OutcomeKind::Invalid, refused.to_string(), Vec::new()),
+                }
+            } else {
+                executor.execute(request).await
+            };
+            // Nothing after the outcome: a retained engine's late lines stay there.
+            if let Some(forwarder) = &forwarder {
+                forwarder.close();
+            }
+            lock(&waiting).retain(|(owner, _), _| *owner != execution);
+            lock(&fetch_waiting).retain(|(owner, _), _| *owner != execution);
+            let frame = out.outcome_frame(execution, outcome);
+            // Counted live until its outcome is queued, so a client that does not read holds
+            // its executions' places; no longer cancellable, so a cancel now cannot make a
+            // second outcome.
+            let unsent = Unsent::record(&unsent, execution);
+            if lock(&running).remove(&execution).is_none() {
+                return;
+            }
+            // Its places (on the connection and in the daemon) are given back as the outcome
+            // is queued, before the client can read it and send the next execute, and before
+            // it is counted as ended, so a scrape that sees the end sees it out of flight too.
+            let kind = out
+                .push_outcome(execution, frame, || {
+                    drop(unsent);
+                    drop(slot.take());
+                })
+                .await;
+            let engine = engine_name(&*executor);
+            crate::service::metrics::ended(kind.as_str());
+            crate::service::metrics::execution_duration(engine, started.elapsed());
+            if let Some(live) = executor.live_engines() {
+                crate::service::metrics::engines_live(engine, live);
+            }
+            tracing::info!(
+                duration_ms = millis(started.elapsed()),
+                outcome = kind.as_str(),
+                "execution ended"
+            );
+        }
+    }
+
+    /// The client cancels `execution`: a running one ends `internal` with its text; a
+    /// retained one is released.
+    fn cancel(&self, execution: u64) {
+        if let Some(task) = lock(&self.running).remove(&execution) {
+            task.abort();
+            lock(&self.waiting).retain(|(owner, _), _| *owner != execution);
+            lock(&self.fetch_waiting).retain(|(owner, _), _| *owner != execution);
+            tracing::info!(execution, outcome = "cancelled", "execution ended");
+            crate::service::metrics::ended(OutcomeKind::Internal.as_str());
+            let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
+            let _ = self.out.push(ServerMessage::Outcome { execution, outcome });
+        }
+        lock(&self.retained).remove(&execution);
+    }
+
+    /// The drain timeout passed: what still runs ends now, each with its outcome.
+    fn shut_down(&self, timeout: Duration) {
+        let text = texts::DAEMON_SHUT_DOWN.fill(&[&timeout.as_millis().to_string()]);
+        for (execution, task) in lock(&self.running).drain() {
+            task.abort();
+            let outcome = Outcome::failure(OutcomeKind::Internal, text.clone(), Vec::new());
+            let _ = self.out.push(ServerMessage::Outcome { execution, outcome });
+            tracing::info!(execution, outcome = "shutdown", "execution ended");
+            crate::service::metrics::ended("shutdown");
+        }
+    }
+
+    /// The connection ends: every execution with it, and every call waiting for an answer
+    /// fails.
+    fn end(&self) {
+        for (_, task) in lock(&self.running).drain() {
+            task.abort();
+        }
+        lock(&self.retained).clear();
+        let abandoned: Vec<_> = lock(&self.waiting).drain().map(|(_, pending)| pending.waiter).collect();
+        abandoned.into_iter().for_each(Waiter::<String>::abandon);
+        let abandoned: Vec<_> =
+            lock(&self.fetch_waiting).drain().map(|(_, pending)| pending.waiter).collect();
+        abandoned.into_iter().for_each(Waiter::<FetchAnswer>::abandon);
+    }
+}
+
+/// What one execution's task carries besides its request.
+struct Run {
+    execution: u64,
+    retain: bool,
+    /// Its place among the daemon's executions, held until its outcome is queued (or,
+    /// retained, until released).
+    slot: Option<ExecutionSlot>,
+    forwarder: Option<Arc<EventForwarder>>,
+    started: Instant,
 }
 
 /// Deliver a call's answer to whoever waits for it (nobody, once its execution ended).
