@@ -27,6 +27,11 @@
 //!
 //! The guides in `docs/` (tools, network, failures, performance) say the rest.
 
+// What is kept by hand, locked in: no unwrap or expect outside tests (an `#[expect]` with
+// its reason where one is right), and every unsafe block says why it is sound.
+#![warn(clippy::unwrap_used, clippy::expect_used, clippy::undocumented_unsafe_blocks)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
 // The host API: the types a host names, and `Execute`, the contract every executor keeps.
 mod api;
 // The core: the in-process executor, over the runtime and its engines.

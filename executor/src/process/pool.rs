@@ -344,7 +344,7 @@ async fn exit_status(child: &mut Child) -> String {
 }
 
 fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
-    String::from_utf8_lossy(&lock(&tail)).trim_end().to_owned()
+    String::from_utf8_lossy(&lock(tail)).trim_end().to_owned()
 }
 
 /// One execution on a worker process: its calls are served as they arrive (by the

@@ -425,7 +425,7 @@ fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
     type Cache = Mutex<HashMap<&'static str, Arc<Vec<u8>>>>;
     static COMPILED: OnceLock<Cache> = OnceLock::new();
     let cache = COMPILED.get_or_init(Mutex::default);
-    if let Some(bytecode) = lock(&cache).get(name) {
+    if let Some(bytecode) = lock(cache).get(name) {
         return bytecode.clone();
     }
     let runtime = Runtime::new().unwrap_or_else(|e| panic!("QuickJS runtime: {e}"));
@@ -436,7 +436,7 @@ fn compiled(name: &'static str, source: fn() -> String) -> Arc<Vec<u8>> {
             .unwrap_or_else(|e| panic!("the built-in source {name} compiles: {e}"))
     });
     let bytecode = Arc::new(bytecode);
-    lock(&cache).insert(name, bytecode.clone());
+    lock(cache).insert(name, bytecode.clone());
     bytecode
 }
 

@@ -4,9 +4,9 @@
 //! cache, 0.8 ms with a cache of the scripts' top level only).
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::sync::lock;
-use std::sync::{Arc, Mutex, OnceLock};
 
 /// One built-in script: its source and, once a run has made it, V8's code cache.
 pub(super) struct Builtin {
@@ -37,7 +37,7 @@ impl Builtin {
 pub(super) fn builtin(name: &'static str, source: fn() -> String) -> Arc<Builtin> {
     static BUILTINS: OnceLock<Mutex<HashMap<&'static str, Arc<Builtin>>>> = OnceLock::new();
     let builtins = BUILTINS.get_or_init(Mutex::default);
-    let mut builtins = lock(&builtins);
+    let mut builtins = lock(builtins);
     builtins
         .entry(name)
         .or_insert_with(|| Arc::new(Builtin { name, source: source(), cache: Mutex::new(None) }))

@@ -388,7 +388,7 @@ fn handle(session: &Session, message: ServerMessage) -> Option<Ended> {
         ServerMessage::Call { execution, call, tool_call } => {
             let admitted =
                 session.claim(execution, |p| Some((p.dispatch.clone()?, p.admission.call(&tool_call))));
-            let Some((dispatch, admitted)) = admitted else { return None };
+            let (dispatch, admitted) = admitted?;
             let out = session.out.clone();
             match admitted {
                 Err(refusal) => out.answer(execution, call, error_envelope(&refusal)),
@@ -407,7 +407,7 @@ fn handle(session: &Session, message: ServerMessage) -> Option<Ended> {
                 None => Some(Err(texts::NETWORK_CLOSED.to_owned())),
                 Some(outbound) => Some(p.admission.fetch().map(|in_flight| (outbound.clone(), in_flight))),
             });
-            let Some(admitted) = admitted else { return None };
+            let admitted = admitted?;
             let out = session.out.clone();
             match admitted {
                 Err(refusal) => out.fetch_answer(execution, call, to_fetch_answer(Err(refusal))),

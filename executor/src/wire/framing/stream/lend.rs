@@ -120,7 +120,7 @@ impl State {
 }
 
 fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    crate::sync::lock(&state)
+    crate::sync::lock(state)
 }
 
 impl Input {

@@ -121,10 +121,12 @@ impl QuietStream {
             let copy = file.try_clone().ok()?;
             // SAFETY: fcntl on a descriptor owned here, no pointers.
             let flags = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_GETFL) };
+            if flags < 0 {
+                return None;
+            }
             // SAFETY: as above.
-            if flags < 0
-                || unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0
-            {
+            let set = unsafe { libc::fcntl(copy.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) };
+            if set < 0 {
                 return None;
             }
             Some((copy, flags))
