@@ -48,7 +48,7 @@ impl InProcess {
         InProcess {
             name: format!("built-in on {}, in-process", engine.name()),
             engine,
-            executor: Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() }),
+            executor: Executor::new(ExecutorConfig::default().engine(engine)),
         }
     }
 }

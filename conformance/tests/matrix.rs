@@ -125,13 +125,11 @@ impl Matrix {
             Transport::Process => {
                 let _inside = self.runtime.enter();
                 let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
-                let command = WorkerCommand { program: self.codemode()?, args };
-                let config = ExecutorConfig {
-                    engine,
-                    isolation: Isolation::Process(command),
-                    confinement: Confinement::Required,
-                    ..ExecutorConfig::default()
-                };
+                let command = WorkerCommand::new(self.codemode()?, args);
+                let config = ExecutorConfig::default()
+                    .engine(engine)
+                    .isolation(Isolation::Process(command))
+                    .confinement(Confinement::Required);
                 let name = format!("built-in on {}, process isolation, confined", engine.name());
                 Arc::new(InProcess::with_executor(name, engine, Executor::new(config)))
             }

@@ -46,6 +46,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// Where a daemon listens, or a client connects: `unix:/path/to.sock` or `tcp:HOST:PORT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Address {
     /// A Unix socket at this path.
     Unix(PathBuf),
@@ -54,16 +55,112 @@ pub enum Address {
 }
 
 impl std::str::FromStr for Address {
-    type Err = String;
+    type Err = ParseAddressError;
 
-    fn from_str(text: &str) -> Result<Address, String> {
+    fn from_str(text: &str) -> Result<Address, ParseAddressError> {
         if let Some(path) = text.strip_prefix("unix:") {
             return Ok(Address::Unix(PathBuf::from(path)));
         }
         if let Some(host) = text.strip_prefix("tcp:") {
             return Ok(Address::Tcp(host.to_owned()));
         }
-        Err(format!("{text:?} is not an address: write unix:/path/to.sock or tcp:HOST:PORT"))
+        Err(ParseAddressError { text: text.to_owned() })
+    }
+}
+
+/// A text that is not an [`Address`]: neither `unix:` nor `tcp:` begins it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{text:?} is not an address: write unix:/path/to.sock or tcp:HOST:PORT")]
+#[non_exhaustive]
+pub struct ParseAddressError {
+    /// The text given.
+    pub text: String,
+}
+
+/// For callers that still carry an error as its text (`?` into `Result<_, String>`).
+impl From<ParseAddressError> for String {
+    fn from(error: ParseAddressError) -> String {
+        error.to_string()
+    }
+}
+
+/// Why [`Daemon::bind`] refused a configuration or could not listen. Its Display says
+/// what to change; the variant says which of these it is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// [`DaemonConfig::max_frame_bytes`] is below [`MIN_FRAME_BYTES`].
+    #[error(
+        "the maximum frame of {max_frame_bytes} bytes is below the least a daemon serves with, {MIN_FRAME_BYTES} bytes"
+    )]
+    FrameTooSmall {
+        /// The bound given.
+        max_frame_bytes: usize,
+    },
+    /// TCP without a token.
+    #[error("a TCP daemon requires a token: give --token-file")]
+    TokenRequired,
+    /// Plain TCP on an address that is not loopback: TLS is needed there.
+    #[error(
+        "plain TCP is accepted only on a loopback address, and {address} is not one: give --tls-cert and --tls-key"
+    )]
+    PlainTcpNotLoopback {
+        /// The address bound.
+        address: SocketAddr,
+    },
+    /// The TLS files do not make a configuration, or TLS is not built in.
+    #[error("{0}")]
+    Tls(#[source] crate::tls::TlsError),
+    /// Another socket holds the address.
+    #[error("cannot listen on {address}: {source}")]
+    AddressInUse {
+        /// The address as given (a Unix socket's path, `HOST:PORT`).
+        address: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Listening failed otherwise: a host name that does not resolve, a directory that
+    /// does not exist, no permission.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address as given (a Unix socket's path, `HOST:PORT`).
+        address: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bound TCP address could not be read back.
+    #[error("{0}")]
+    LocalAddress(#[source] std::io::Error),
+    /// The Unix socket could not be restricted to its owner.
+    #[error("cannot restrict the socket {} to its owner: {source}", path.display())]
+    Restrict {
+        /// The socket's path.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Unix socket, bound under a temporary name, could not be moved into place.
+    #[error("cannot move the socket to {}: {source}", path.display())]
+    Move {
+        /// The socket's path.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl BindError {
+    /// Listening on `address` failed: in use, or otherwise.
+    fn listen(address: String, source: std::io::Error) -> BindError {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            BindError::AddressInUse { address, source }
+        } else {
+            BindError::Listen { address, source }
+        }
     }
 }
 
@@ -76,8 +173,11 @@ impl std::fmt::Display for Address {
     }
 }
 
-/// How a daemon runs.
+/// How a daemon runs. Made with [`DaemonConfig::new`] (it is `#[non_exhaustive]`), then
+/// fields set or the setters of the same names chained:
+/// `DaemonConfig::new(listen).token(Some(token)).max_frame_bytes(8 << 20)`.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DaemonConfig {
     /// Where it listens.
     pub listen: Address,
@@ -106,8 +206,11 @@ impl DaemonConfig {
 }
 
 /// What a daemon holds for its clients: the bounds that keep any client from growing or
-/// stopping it. [`Default`] gives the documented defaults.
+/// stopping it. [`Default`] gives the documented defaults; it is `#[non_exhaustive]`, so
+/// set fields on it or chain the setters of the same names
+/// (`DaemonLimits::default().max_connections(64)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DaemonLimits {
     /// Connections open at once, from accept to close, authenticated or not. Past it a new
     /// connection gets an error frame of kind `tooManyConnections` and is closed at once
@@ -140,6 +243,36 @@ pub struct DaemonLimits {
     pub send_timeout: Duration,
 }
 
+crate::config::setters!(DaemonConfig {
+    /// Listening on this address.
+    listen: Address,
+    /// With this token (required on TCP).
+    token: Option<String>,
+    /// With this TLS (for TCP).
+    tls: Option<TlsFiles>,
+    /// With this bound on executions live per connection.
+    max_executions: usize,
+    /// With this largest frame.
+    max_frame_bytes: usize,
+});
+
+crate::config::setters!(DaemonLimits {
+    /// With this bound on connections open at once.
+    max_connections: usize,
+    /// With this bound on executions live across all connections.
+    max_live_executions: usize,
+    /// With this largest hello.
+    max_hello_bytes: usize,
+    /// With this time from accept to a complete hello.
+    hello_timeout: Duration,
+    /// With this idle time before a connection is closed.
+    idle_timeout: Duration,
+    /// With this bound on bytes queued for one client.
+    max_queued_bytes: usize,
+    /// With this time an outcome waits for a client that reads nothing.
+    send_timeout: Duration,
+});
+
 impl Default for DaemonLimits {
     fn default() -> DaemonLimits {
         DaemonLimits {
@@ -157,8 +290,11 @@ impl Default for DaemonLimits {
 /// How long a client's connecting may take by default: the socket, TLS and the hello.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How a [`crate::RemoteExecutor`] reaches its daemon, kept to connect again.
+/// How a [`crate::RemoteExecutor`] reaches its daemon, kept to connect again. It is
+/// `#[non_exhaustive]`: start from [`RemoteOptions::default`] and set fields, or chain the
+/// setters of the same names (`RemoteOptions::default().token(Some(token))`).
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct RemoteOptions {
     /// The token the hello carries (a TCP daemon requires one).
     pub token: Option<String>,
@@ -191,6 +327,19 @@ impl Default for RemoteOptions {
     }
 }
 
+crate::config::setters!(RemoteOptions {
+    /// With this token in the hello.
+    token: Option<String>,
+    /// With this TLS (for `tcp:` addresses).
+    tls: Option<RemoteTls>,
+    /// With this largest frame.
+    max_frame_bytes: usize,
+    /// With this time to connect.
+    connect_timeout: Duration,
+    /// With this keepalive, or none.
+    keepalive: Option<Duration>,
+});
+
 enum Listener {
     Unix(UnixListener, PathBuf),
     Tcp(TcpListener, Option<TlsAcceptor>),
@@ -208,17 +357,14 @@ pub struct Daemon {
 impl Daemon {
     /// Bind the address with the default [`DaemonLimits`]; refuse a configuration that
     /// would expose the executor unprotected.
-    pub async fn bind(config: DaemonConfig) -> Result<Daemon, String> {
+    pub async fn bind(config: DaemonConfig) -> Result<Daemon, BindError> {
         Daemon::bind_with(config, DaemonLimits::default()).await
     }
 
     /// Bind the address, holding clients to `limits`.
-    pub async fn bind_with(config: DaemonConfig, limits: DaemonLimits) -> Result<Daemon, String> {
+    pub async fn bind_with(config: DaemonConfig, limits: DaemonLimits) -> Result<Daemon, BindError> {
         if config.max_frame_bytes < MIN_FRAME_BYTES {
-            return Err(format!(
-                "the maximum frame of {} bytes is below the least a daemon serves with, {MIN_FRAME_BYTES} bytes",
-                config.max_frame_bytes
-            ));
+            return Err(BindError::FrameTooSmall { max_frame_bytes: config.max_frame_bytes });
         }
         let (listener, address) = match &config.listen {
             Address::Unix(path) => {
@@ -227,19 +373,17 @@ impl Daemon {
             }
             Address::Tcp(host) => {
                 if config.token.is_none() {
-                    return Err("a TCP daemon requires a token: give --token-file".to_owned());
+                    return Err(BindError::TokenRequired);
                 }
                 let tls = match &config.tls {
-                    Some(files) => Some(TlsAcceptor::new(files)?),
+                    Some(files) => Some(TlsAcceptor::new(files).map_err(BindError::Tls)?),
                     None => None,
                 };
                 let listener =
-                    TcpListener::bind(host).await.map_err(|e| format!("cannot listen on {host}: {e}"))?;
-                let local = listener.local_addr().map_err(|e| e.to_string())?;
+                    TcpListener::bind(host).await.map_err(|e| BindError::listen(host.clone(), e))?;
+                let local = listener.local_addr().map_err(BindError::LocalAddress)?;
                 if tls.is_none() && !local.ip().is_loopback() {
-                    return Err(format!(
-                        "plain TCP is accepted only on a loopback address, and {local} is not one: give --tls-cert and --tls-key"
-                    ));
+                    return Err(BindError::PlainTcpNotLoopback { address: local });
                 }
                 (Listener::Tcp(listener, tls), Address::Tcp(local.to_string()))
             }
@@ -258,8 +402,9 @@ impl Daemon {
     }
 
     /// Accept connections until the process ends, serving `executor` on each. A failed
-    /// accept is logged and retried; it never ends the daemon.
-    pub async fn serve(self, executor: Executor) -> Result<(), String> {
+    /// accept is logged and retried; it never ends the daemon (no `Err` comes today: the
+    /// `io::Result` leaves room for a listener that fails for good).
+    pub async fn serve(self, executor: Executor) -> std::io::Result<()> {
         self.serve_until(executor, std::future::pending(), Duration::MAX).await
     }
 
@@ -273,7 +418,7 @@ impl Daemon {
         executor: Executor,
         drain: impl std::future::Future<Output = ()>,
         drain_timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> std::io::Result<()> {
         let open = Arc::new(AtomicUsize::new(0));
         let live = SharedExecutions::new(self.limits.max_live_executions);
         let signal = server::Drain { timeout: drain_timeout, ..server::Drain::default() };
@@ -544,7 +689,7 @@ fn spawn_served(
     connection: u64,
     peer: String,
     slot: Slot,
-    served: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+    served: impl std::future::Future<Output = Result<(), server::ConnectionError>> + Send + 'static,
 ) {
     let span = tracing::info_span!("connection", id = connection, peer);
     tokio::spawn(
@@ -553,7 +698,7 @@ fn spawn_served(
             tracing::info!("connection opened");
             match served.await {
                 Ok(()) => tracing::info!("connection closed"),
-                Err(problem) => tracing::info!(error = problem, "connection closed"),
+                Err(problem) => tracing::info!(error = %problem, "connection closed"),
             }
         }
         .instrument(span),
@@ -595,15 +740,14 @@ fn spawn_socket<S>(
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
 /// restricted, then renamed into place, so it is never reachable with wider permissions.
-fn bind_owner_only(path: &Path) -> Result<UnixListener, String> {
+fn bind_owner_only(path: &Path) -> Result<UnixListener, BindError> {
     use std::os::unix::fs::PermissionsExt;
     let staging = path.with_extension(format!("binding-{}", std::process::id()));
     let _ = std::fs::remove_file(&staging);
     let listener =
-        UnixListener::bind(&staging).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        UnixListener::bind(&staging).map_err(|e| BindError::listen(path.display().to_string(), e))?;
     std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot restrict the socket {} to its owner: {e}", path.display()))?;
-    std::fs::rename(&staging, path)
-        .map_err(|e| format!("cannot move the socket to {}: {e}", path.display()))?;
+        .map_err(|source| BindError::Restrict { path: path.to_owned(), source })?;
+    std::fs::rename(&staging, path).map_err(|source| BindError::Move { path: path.to_owned(), source })?;
     Ok(listener)
 }

@@ -58,6 +58,10 @@ impl Executor {
             EngineKind::QuickJs => Pool::new::<QuickJs>(keep, &config.limits),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep, &config.limits),
+            // Not built in: `Request::limits` refuses every execution with V8_NOT_BUILT, so
+            // the pool (the least one: a thread) never runs a program.
+            #[cfg(not(feature = "v8"))]
+            EngineKind::V8 => Pool::new::<QuickJs>(1, &config.limits),
         };
         let processes = match &config.isolation {
             Isolation::InProcess => None,

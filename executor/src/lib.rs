@@ -51,7 +51,10 @@ mod watchdog;
 pub mod wire;
 
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
-pub use config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
+pub use config::{
+    DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Isolation, LimitError, Limits, ParseEngineError,
+    WorkerCommand,
+};
 pub use confine::Confinement;
 pub use execute::{Execute, ExecuteFuture};
 pub use executor::{Executor, NO_TOKIO_RUNTIME, RETAIN_NEEDS_IN_PROCESS, RetainedExecution};
@@ -59,7 +62,8 @@ pub use outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
 pub use request::Request;
 pub use serve_config::{
-    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
+    ConfigError, ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
+    ServeConfig,
 };
 pub use toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 pub use watch::{

@@ -290,9 +290,15 @@ impl Request {
 
     /// The limits this request runs with: its overrides over the config's defaults,
     /// each within its minimum and the config's ceiling (`Err` is the refusal's text).
+    /// An in-process executor on an engine this build lacks refuses every request here.
     pub(crate) fn limits(&self, config: &ExecutorConfig) -> Result<Limits, String> {
+        if config.isolation == crate::Isolation::InProcess
+            && let Some(refusal) = config.engine.not_built_text()
+        {
+            return Err(refusal.to_owned());
+        }
         let limits = self.limits_over(&config.limits);
-        limits.check(&config.ceilings)?;
+        limits.check(&config.ceilings).map_err(|e| e.to_string())?;
         Ok(limits)
     }
 

@@ -39,12 +39,71 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::{EngineKind, ExecutorConfig, Isolation, Limits, WorkerCommand};
-use crate::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
+use crate::config::{
+    EngineKind, ExecutorConfig, Isolation, LimitError, Limits, ParseEngineError, WorkerCommand,
+};
+use crate::daemon::{Address, DaemonConfig, DaemonLimits, ParseAddressError, TlsFiles};
 
-/// A daemon's configuration as an operator writes it.
+/// Why a [`ServeConfig`] does not describe an executor or a daemon. Its Display says what
+/// to change, naming the setting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `[executor] workers = 0`.
+    #[error("[executor] workers must be at least 1")]
+    NoWorkers,
+    /// `[executor] engine` names no engine of this build.
+    #[error("{0}")]
+    Engine(#[source] ParseEngineError),
+    /// `[executor] answer_spin_us` above 1000 (a millisecond).
+    #[error(
+        "[executor] answer_spin_us is {micros}; it must be at most {most} (a longer wait awake only burns CPU); 0 never waits awake"
+    )]
+    AnswerSpinTooLong {
+        /// The setting.
+        micros: u64,
+        /// The most allowed, in microseconds.
+        most: u128,
+    },
+    /// A ceiling below its minimum.
+    #[error("[ceilings]: {0}")]
+    Ceilings(#[source] LimitError),
+    /// A default limit below its minimum or above its ceiling.
+    #[error("[limits]: {0}")]
+    Limits(#[source] LimitError),
+    /// No `listen`.
+    #[error(
+        "say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)"
+    )]
+    NoListen,
+    /// `listen` is not an address.
+    #[error("{0}")]
+    Listen(#[source] ParseAddressError),
+    /// The token file could not be read.
+    #[error("cannot read the token file {}: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file holds only whitespace.
+    #[error("the token file {} is empty; put the token in it", path.display())]
+    EmptyToken {
+        /// The file.
+        path: PathBuf,
+    },
+    /// One of `tls_cert` and `tls_key` without the other.
+    #[error("TLS needs both a certificate and a key (tls_cert and tls_key)")]
+    TlsIncomplete,
+}
+
+/// A daemon's configuration as an operator writes it. It is `#[non_exhaustive]`, as are
+/// its sections: start from [`ServeConfig::default`] (or a parsed file) and set fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ServeConfig {
     /// `unix:/path/to.sock` or `tcp:HOST:PORT`.
     pub listen: Option<String>,
@@ -82,6 +141,7 @@ pub struct ServeConfig {
 /// How a daemon logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LogFormat {
     /// Human-readable lines.
     #[default]
@@ -93,6 +153,7 @@ pub enum LogFormat {
 /// The least level a daemon logs: `log_level = "info"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LogLevel {
     /// Refusals and failures the daemon recovers from, and errors.
     Warn,
@@ -108,6 +169,7 @@ pub enum LogLevel {
 /// Where executions run: `isolation = "in-process" | "process"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum IsolationKind {
     /// Each execution on a thread of the daemon.
     #[default]
@@ -119,6 +181,7 @@ pub enum IsolationKind {
 /// `[executor]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ExecutorSection {
     /// Execution threads (or worker processes) kept ready; default the machine's parallelism.
     pub workers: Option<usize>,
@@ -137,6 +200,7 @@ pub struct ExecutorSection {
 /// `[limits]` and `[ceilings]`: each limit of an execution.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct LimitsSection {
     /// Wall-clock limit.
     pub timeout_ms: Option<u64>,
@@ -157,6 +221,7 @@ pub struct LimitsSection {
 /// `[connections]`: what one client may hold, and how long.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ConnectionsSection {
     /// Connections open at once.
     pub max_connections: Option<usize>,
@@ -230,20 +295,20 @@ impl ServeConfig {
     /// The executor it describes. `worker` is the program process isolation starts (with
     /// `stdio --engine <engine>`), usually this binary. The defaults must lie within the
     /// ceilings, each within its minimum.
-    pub fn executor_config(&self, worker: PathBuf) -> Result<ExecutorConfig, String> {
+    pub fn executor_config(&self, worker: PathBuf) -> Result<ExecutorConfig, ConfigError> {
         let mut config = ExecutorConfig::default();
         if let Some(workers) = self.executor.workers {
             if workers == 0 {
-                return Err("[executor] workers must be at least 1".to_owned());
+                return Err(ConfigError::NoWorkers);
             }
             config.workers = workers;
         }
         if let Some(engine) = &self.executor.engine {
-            config.engine = engine.parse::<EngineKind>()?;
+            config.engine = engine.parse::<EngineKind>().map_err(ConfigError::Engine)?;
         }
         if self.executor.isolation == Some(IsolationKind::Process) {
-            let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
-            config.isolation = Isolation::Process(WorkerCommand { program: worker, args });
+            let args = ["stdio", "--engine", config.engine.name()];
+            config.isolation = Isolation::Process(WorkerCommand::new(worker, args));
         }
         if let Some(confinement) = self.executor.confinement {
             config.confinement = confinement;
@@ -251,43 +316,38 @@ impl ServeConfig {
         if let Some(micros) = self.executor.answer_spin_us {
             let most = crate::runtime::MAX_ANSWER_SPIN.as_micros();
             if u128::from(micros) > most {
-                return Err(format!(
-                    "[executor] answer_spin_us is {micros}; it must be at most {most} (a longer wait awake only burns CPU); 0 never waits awake"
-                ));
+                return Err(ConfigError::AnswerSpinTooLong { micros, most });
             }
             config.answer_spin = Duration::from_micros(micros);
         }
         config.limits = self.limits.over(config.limits);
         config.ceilings = self.ceilings.over(config.ceilings);
         // An operator may raise a ceiling past the default; each still meets its minimum.
-        config.ceilings.check(&config.ceilings).map_err(|e| format!("[ceilings]: {e}"))?;
-        config.limits.check(&config.ceilings).map_err(|e| format!("[limits]: {e}"))?;
+        config.ceilings.check(&config.ceilings).map_err(ConfigError::Ceilings)?;
+        config.limits.check(&config.ceilings).map_err(ConfigError::Limits)?;
         Ok(config)
     }
 
     /// The daemon it describes: where it listens, with the token read from its file.
-    pub fn daemon_config(&self) -> Result<DaemonConfig, String> {
-        let listen: Address = self
-            .listen
-            .as_deref()
-            .ok_or("say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)")?
-            .parse()?;
+    pub fn daemon_config(&self) -> Result<DaemonConfig, ConfigError> {
+        let listen: Address =
+            self.listen.as_deref().ok_or(ConfigError::NoListen)?.parse().map_err(ConfigError::Listen)?;
         let token = match &self.token_file {
             None => None,
             Some(path) => {
                 let token = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+                    .map_err(|source| ConfigError::TokenFile { path: path.clone(), source })?;
                 let token = token.trim().to_owned();
                 if token.is_empty() {
-                    return Err(format!("the token file {} is empty; put the token in it", path.display()));
+                    return Err(ConfigError::EmptyToken { path: path.clone() });
                 }
                 Some(token)
             }
         };
         let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
+            (Some(cert), Some(key)) => Some(TlsFiles::new(cert.clone(), key.clone())),
             (None, None) => None,
-            _ => return Err("TLS needs both a certificate and a key (tls_cert and tls_key)".to_owned()),
+            _ => return Err(ConfigError::TlsIncomplete),
         };
         let mut config = DaemonConfig { token, tls, ..DaemonConfig::new(listen) };
         if let Some(n) = self.connections.max_executions {

@@ -24,15 +24,17 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 fn executor_on(engine: EngineKind, confinement: Confinement, namespaces: bool) -> Executor {
     let codemode = env!("CARGO_BIN_EXE_codemode").to_owned();
     let mut args = vec!["stdio".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
-    let program = if namespaces {
+    let program: std::path::PathBuf = if namespaces {
         codemode.into()
     } else {
         args.insert(0, codemode);
         args.insert(0, format!("{}=off", codemode_executor::confine::NAMESPACES_VAR));
         "/usr/bin/env".into()
     };
-    let isolation = Isolation::Process(WorkerCommand { program, args });
-    Executor::new(ExecutorConfig { workers: 1, isolation, confinement, engine, ..Default::default() })
+    let isolation = Isolation::Process(WorkerCommand::new(program, args));
+    Executor::new(
+        ExecutorConfig::default().workers(1).isolation(isolation).confinement(confinement).engine(engine),
+    )
 }
 
 /// [`executor_on`] QuickJS.
@@ -234,7 +236,7 @@ async fn a_confined_run_prints_the_dates_an_in_process_one_does() {
     for &engine in EngineKind::BUILT_IN {
         let confined = executor_on(engine, Confinement::Required, true).execute(Request::new(code)).await;
         let in_process =
-            Executor::new(ExecutorConfig { engine, ..Default::default() }).execute(Request::new(code)).await;
+            Executor::new(ExecutorConfig::default().engine(engine)).execute(Request::new(code)).await;
         assert_eq!(json(&confined), json(&in_process), "{}", engine.name());
     }
 }

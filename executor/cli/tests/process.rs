@@ -17,10 +17,9 @@ fn isolated() -> Executor {
 }
 
 fn isolated_at(confinement: Confinement) -> Executor {
-    let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
+    let command = WorkerCommand::new(env!("CARGO_BIN_EXE_codemode"), ["stdio"]);
     let isolation = Isolation::Process(command);
-    Executor::new(ExecutorConfig { workers: 1, isolation, confinement, ..Default::default() })
+    Executor::new(ExecutorConfig::default().workers(1).isolation(isolation).confinement(confinement))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

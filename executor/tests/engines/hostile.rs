@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{Recorder, config, json, located};
-use codemode_executor::{Confinement, Executor, ExecutorConfig, Isolation, Request, WorkerCommand};
+use codemode_executor::{Confinement, Executor, Isolation, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 /// A deadline short enough for a corpus, long enough for a debug build.
@@ -22,10 +22,10 @@ const CONFINED_VARIABLE: &str = "CODEMODE_TEST_HOSTILE_CONFINED";
 /// An executor of the test's own, so its count of live engines is the test's alone; with
 /// [`CONFINED_VARIABLE`], process isolation with its workers confined (`Required`).
 fn fresh() -> Executor {
-    let mut config = ExecutorConfig { workers: 1, ..config() };
+    let mut config = config().workers(1);
     if std::env::var_os(CONFINED_VARIABLE).is_some() {
         let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
-        let command = WorkerCommand { program: codemode_binary(), args };
+        let command = WorkerCommand::new(codemode_binary(), args);
         config.isolation = Isolation::Process(command);
         config.confinement = Confinement::Required;
     }
