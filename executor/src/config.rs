@@ -371,3 +371,48 @@ setters!(ExecutorConfig {
     /// With this wait awake for a call's answer.
     answer_spin: Duration,
 });
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_out_of_bounds_is_refused_by_kind_with_its_pinned_text() {
+        let ceilings = Limits::default_ceilings();
+        let small = Limits::default().memory_limit_bytes(1024).check(&ceilings).unwrap_err();
+        assert_eq!(small, LimitError::TooSmall { limit: "memoryLimitBytes", value: 1024, minimum: 1 << 20 });
+        assert_eq!(
+            small.to_string(),
+            "The memoryLimitBytes of 1024 is below the minimum of 1048576; ask for at least 1048576."
+        );
+        let long = Limits::default().timeout(Duration::from_secs(3600)).check(&ceilings).unwrap_err();
+        assert_eq!(long, LimitError::AboveCeiling { limit: "timeoutMs", value: 3_600_000, ceiling: 900_000 });
+        assert_eq!(
+            long.to_string(),
+            "The timeoutMs of 3600000 is above this executor's ceiling of 900000; ask for at most 900000."
+        );
+        assert_eq!(Limits::default().check(&ceilings), Ok(()));
+    }
+
+    #[test]
+    fn an_engine_name_parses_as_before() {
+        assert_eq!("quickjs".parse::<EngineKind>(), Ok(EngineKind::QuickJs));
+        let unknown = "spidermonkey".parse::<EngineKind>().unwrap_err();
+        assert!(matches!(unknown, ParseEngineError::Unknown { .. }), "{unknown:?}");
+        assert!(unknown.to_string().starts_with("unknown engine \"spidermonkey\"; built in: quickjs"));
+        assert_eq!(EngineKind::V8.name(), "v8");
+        if cfg!(feature = "v8") {
+            assert_eq!("v8".parse::<EngineKind>(), Ok(EngineKind::V8));
+            assert_eq!(EngineKind::V8.not_built_text(), None);
+        } else {
+            let refused = "v8".parse::<EngineKind>().unwrap_err();
+            assert_eq!(refused, ParseEngineError::NotBuiltIn { engine: EngineKind::V8 });
+            assert_eq!(
+                refused.to_string(),
+                "this build has no V8 engine: build with `--features v8`; built in: quickjs"
+            );
+            assert!(!EngineKind::V8.is_built_in());
+            assert_eq!(EngineKind::V8.not_built_text(), Some(V8_NOT_BUILT));
+        }
+    }
+}

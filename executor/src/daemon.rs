@@ -751,3 +751,87 @@ fn bind_owner_only(path: &Path) -> Result<UnixListener, BindError> {
     std::fs::rename(&staging, path).map_err(|source| BindError::Move { path: path.to_owned(), source })?;
     Ok(listener)
 }
+
+#[cfg(test)]
+mod tests {
+    use codemode_protocol::wire::ProtocolErrorKind;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// The configurations `bind` refuses, each told apart by its variant, with the text
+    /// the command line prints.
+    #[tokio::test]
+    async fn bind_errors_say_their_kind() {
+        let tcp = Address::Tcp("127.0.0.1:0".to_owned());
+        let refused = Daemon::bind(DaemonConfig::new(tcp.clone())).await.err().unwrap();
+        assert!(matches!(refused, BindError::TokenRequired), "{refused:?}");
+        assert_eq!(refused.to_string(), "a TCP daemon requires a token: give --token-file");
+
+        let small = DaemonConfig::new(tcp.clone()).token(Some("t".to_owned())).max_frame_bytes(10);
+        let refused = Daemon::bind(small).await.err().unwrap();
+        assert!(matches!(refused, BindError::FrameTooSmall { max_frame_bytes: 10 }), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "the maximum frame of 10 bytes is below the least a daemon serves with, 1024 bytes"
+        );
+
+        // A port out of range: refused before any lookup.
+        let bad = Address::Tcp("127.0.0.1:99999".to_owned());
+        let refused = Daemon::bind(DaemonConfig::new(bad).token(Some("t".to_owned()))).await.err().unwrap();
+        assert!(matches!(&refused, BindError::Listen { address, .. } if address == "127.0.0.1:99999"));
+        assert!(refused.to_string().starts_with("cannot listen on 127.0.0.1:99999: "), "{refused}");
+    }
+
+    /// A port another daemon holds is `AddressInUse`, not any other failure to listen.
+    #[tokio::test]
+    async fn a_port_bound_twice_is_address_in_use() {
+        let config = |address: Address| DaemonConfig::new(address).token(Some("t".to_owned()));
+        let first = Daemon::bind(config(Address::Tcp("127.0.0.1:0".to_owned()))).await.unwrap();
+        let Address::Tcp(bound) = first.address().clone() else { unreachable!() };
+        let refused = Daemon::bind(config(Address::Tcp(bound.clone()))).await.err().unwrap();
+        assert!(
+            matches!(&refused, BindError::AddressInUse { address, .. } if *address == bound),
+            "{refused:?}"
+        );
+        let source = std::error::Error::source(&refused).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::AddrInUse));
+        assert!(refused.to_string().starts_with(&format!("cannot listen on {bound}: ")), "{refused}");
+    }
+
+    #[test]
+    fn an_address_without_its_scheme_is_refused_by_its_text() {
+        let refused = "/run/codemode.sock".parse::<Address>().unwrap_err();
+        assert_eq!(refused, ParseAddressError { text: "/run/codemode.sock".to_owned() });
+        assert_eq!(
+            refused.to_string(),
+            "\"/run/codemode.sock\" is not an address: write unix:/path/to.sock or tcp:HOST:PORT"
+        );
+        assert_eq!("unix:/a.sock".parse::<Address>(), Ok(Address::Unix("/a.sock".into())));
+    }
+
+    /// A connection that does not begin with a hello ends with the refusal's kind and text,
+    /// the same the client reads in the error frame.
+    #[tokio::test]
+    async fn a_connection_refused_says_the_frame_it_sent() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let served = tokio::spawn(serve_with(
+            Executor::default(),
+            BufReader::new(read),
+            write,
+            ServeOptions::default(),
+        ));
+        let (mut from_server, mut to_server) = tokio::io::split(client);
+        to_server.write_all(b"{\"type\":\"ping\",\"id\":1}\n").await.unwrap();
+        let ended = served.await.unwrap().unwrap_err();
+        assert!(
+            matches!(&ended, server::ConnectionError::Refused { kind: ProtocolErrorKind::Hello, message }
+                if message == "the first message must be a hello"),
+            "{ended:?}"
+        );
+        let mut frame = String::new();
+        let _ = from_server.read_to_string(&mut frame).await;
+        assert!(frame.contains("the first message must be a hello"), "{frame}");
+    }
+}

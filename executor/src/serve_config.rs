@@ -406,3 +406,59 @@ impl LimitsSection {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal of the daemon's settings is its own variant, its text unchanged.
+    #[test]
+    fn a_daemon_config_refused_says_its_kind() {
+        let mut config = ServeConfig::default();
+        assert!(matches!(config.daemon_config(), Err(ConfigError::NoListen)));
+        config.listen = Some("/run/codemode.sock".to_owned());
+        let refused = config.daemon_config().unwrap_err();
+        assert!(matches!(refused, ConfigError::Listen(ParseAddressError { .. })), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "\"/run/codemode.sock\" is not an address: write unix:/path/to.sock or tcp:HOST:PORT"
+        );
+        config.listen = Some("unix:/run/codemode.sock".to_owned());
+        config.tls_cert = Some("cert.pem".into());
+        let refused = config.daemon_config().unwrap_err();
+        assert!(matches!(refused, ConfigError::TlsIncomplete), "{refused:?}");
+        assert_eq!(refused.to_string(), "TLS needs both a certificate and a key (tls_cert and tls_key)");
+        config.tls_cert = None;
+        let empty = std::env::temp_dir().join(format!("codemode-empty-token-{}", std::process::id()));
+        std::fs::write(&empty, " \n").unwrap();
+        config.token_file = Some(empty.clone());
+        let refused = config.daemon_config().unwrap_err();
+        let _ = std::fs::remove_file(&empty);
+        assert!(matches!(&refused, ConfigError::EmptyToken { path } if *path == empty), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            format!("the token file {} is empty; put the token in it", empty.display())
+        );
+    }
+
+    #[test]
+    fn an_executor_config_refused_says_its_kind() {
+        let mut config = ServeConfig::default();
+        config.ceilings.timeout_ms = Some(5000);
+        config.limits.timeout_ms = Some(9000);
+        let refused = config.executor_config("codemode".into()).unwrap_err();
+        assert!(
+            matches!(refused, ConfigError::Limits(LimitError::AboveCeiling { limit: "timeoutMs", .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "[limits]: The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000."
+        );
+        let source = std::error::Error::source(&refused).map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000.")
+        );
+    }
+}

@@ -109,8 +109,8 @@ impl ExecuteRequest {
 ///
 /// A returned outcome is always [`OutcomeKind::Returned`] and carries no `kind` on the
 /// wire; every error outcome carries its kind beside its text.
-///
-/// New kinds may come (`#[non_exhaustive]`): a `match` on it needs an arm for the others.
+// New kinds may come (`#[non_exhaustive]`): a `match` on it needs an arm for the others.
+// (A plain comment: the doc comment is the schema's description.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]
@@ -547,8 +547,8 @@ pub struct ProtocolError {
     pub message: String,
 }
 
-/// The kinds of [`ProtocolError`]. New kinds may come with new versions of the protocol
-/// (`#[non_exhaustive]`).
+/// The kinds of [`ProtocolError`].
+// New kinds may come with new versions of the protocol (`#[non_exhaustive]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[non_exhaustive]

@@ -277,3 +277,43 @@ pub(crate) fn killed_by_seccomp(status: &std::process::ExitStatus) -> bool {
 pub fn seccomp_allowlist() -> Vec<(&'static str, &'static str)> {
     seccomp::allowlist().into_iter().map(|entry| (entry.name.trim_start_matches("SYS_"), entry.why)).collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_level_is_refused_by_name() {
+        let refused = "strict".parse::<Confinement>().unwrap_err();
+        assert_eq!(refused, ParseConfinementError { name: "strict".to_owned() });
+        assert_eq!(refused.to_string(), "unknown confinement \"strict\"; say required, best-effort or off");
+        assert_eq!("best-effort".parse::<Confinement>(), Ok(Confinement::BestEffort));
+    }
+
+    /// The host's check says why a process is not confined: this test process has no
+    /// no-new-privileges or no seccomp filter, and a process that does not exist has no
+    /// threads to read.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_check_says_what_it_found_by_kind() {
+        let me = std::process::id();
+        // Under a container that sets both itself, this process passes: nothing to see.
+        if let Err(found) = check_worker(me) {
+            assert!(
+                matches!(found, CheckError::NoNewPrivileges { pid } | CheckError::NoSeccomp { pid } if pid == me),
+                "{found:?}"
+            );
+        }
+        let gone = check_worker(u32::MAX).unwrap_err();
+        assert!(matches!(&gone, CheckError::Threads { pid: u32::MAX, .. }), "{gone:?}");
+        assert!(gone.to_string().starts_with(&format!("cannot read the threads of worker {}: ", u32::MAX)));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    #[test]
+    fn required_confinement_elsewhere_is_unavailable() {
+        let refused = prepare_worker(Confinement::Required, 0).unwrap_err();
+        assert!(matches!(refused, ConfineError::Unavailable), "{refused:?}");
+        assert_eq!(refused.to_string(), unavailable());
+    }
+}

@@ -378,3 +378,33 @@ async fn every_bound_has_a_per_request_override() {
     let deep = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(200) } catch (e) { return e.name } }")).await;
     assert_eq!(json(&deep), r#"{"result":200,"logs":[]}"#);
 }
+
+/// `EngineKind::V8` exists in every build; without the `v8` feature an executor on it is
+/// made (no panic) and refuses each execution, before it runs, with the pinned text.
+#[cfg(not(feature = "v8"))]
+#[tokio::test]
+async fn an_executor_on_v8_without_the_feature_refuses_each_execution() {
+    use codemode_executor::EngineKind;
+    use codemode_protocol::OutcomeKind;
+    use codemode_protocol::texts::V8_NOT_BUILT;
+
+    assert!(!EngineKind::V8.is_built_in());
+    let executor = Executor::new(crate::support::config().engine(EngineKind::V8).workers(1));
+    let recorder = Recorder::default();
+    let outcome = executor
+        .execute(
+            Request::new("async () => { console.log('ran'); return await store.find(1) }")
+                .provider(ProviderDescriptor::new("store", ["find"]))
+                .dispatch(recorder.dispatch(|_| r#"{"result":1}"#.to_owned())),
+        )
+        .await;
+    assert_eq!(outcome.kind(), OutcomeKind::Invalid);
+    assert_eq!(json(&outcome), json!({ "error": V8_NOT_BUILT, "kind": "invalid", "logs": [] }).to_string());
+    assert_eq!(
+        V8_NOT_BUILT,
+        "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs."
+    );
+    assert!(recorder.calls().is_empty(), "the program never ran");
+    let (retained, _handle) = executor.execute_retained(Request::new("async () => 1")).await;
+    assert_eq!(json(&retained), json!({ "error": V8_NOT_BUILT, "kind": "invalid", "logs": [] }).to_string());
+}
