@@ -89,9 +89,9 @@ pub enum McpServeError {
     /// [`ServeLimits::max_executions`] is 0.
     #[error("the server's maximum of executions at once must be at least 1")]
     NoExecutions,
-    /// The client's MCP initialization failed (stdio).
+    /// The client's MCP initialization failed (stdio). Boxed: rmcp's error is large.
     #[error("the MCP client's initialization failed: {0}")]
-    Initialize(#[source] rmcp::service::ServerInitializeError),
+    Initialize(#[source] Box<rmcp::service::ServerInitializeError>),
     /// The session's task ended abnormally (stdio).
     #[error("the MCP session ended abnormally: {0}")]
     Session(#[source] tokio::task::JoinError),
@@ -193,7 +193,7 @@ impl CodeModeServer {
     pub async fn serve_stdio(self) -> Result<(), McpServeError> {
         let running = rmcp::serve_server(self, rmcp::transport::io::stdio_pipes())
             .await
-            .map_err(McpServeError::Initialize)?;
+            .map_err(|e| McpServeError::Initialize(Box::new(e)))?;
         running.waiting().await.map(drop).map_err(McpServeError::Session)
     }
 
