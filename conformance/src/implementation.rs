@@ -52,14 +52,15 @@ impl Executes {
 
     /// The built-in executor in this process with its default configuration on `engine`.
     pub fn on(engine: EngineKind) -> Executes {
-        let executor = Executor::new(ExecutorConfig { engine, ..ExecutorConfig::default() });
+        let executor = Executor::new(ExecutorConfig::default().engine(engine));
         Executes::new(format!("built-in on {}, in-process", engine.name()), engine.name(), executor)
     }
 
     /// A daemon at `address` (`unix:PATH` or `tcp:HOST:PORT`) with `token`, through
     /// `RemoteExecutor`; `engine` names the daemon's engine.
     pub async fn connect(address: &str, token: Option<&str>, engine: &str) -> Result<Executes, String> {
-        let executor = codemode_executor::RemoteExecutor::connect(address, token).await?;
+        let executor =
+            codemode_executor::RemoteExecutor::connect(address, token).await.map_err(|e| e.to_string())?;
         Ok(Executes::new(format!("daemon at {address}"), engine, executor))
     }
 }

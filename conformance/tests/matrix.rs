@@ -125,12 +125,8 @@ impl Matrix {
             Transport::Process => {
                 let _inside = self.runtime.enter();
                 let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
-                let command = WorkerCommand { program: self.codemode()?, args };
-                let config = ExecutorConfig {
-                    engine,
-                    confinement: Confinement::Required,
-                    ..ExecutorConfig::default()
-                };
+                let command = WorkerCommand::new(self.codemode()?, args);
+                let config = ExecutorConfig::default().engine(engine).confinement(Confinement::Required);
                 let name = format!("built-in on {}, process isolation, confined", engine.name());
                 Arc::new(Executes::new(name, engine.name(), ProcessExecutor::new(config, command)))
             }

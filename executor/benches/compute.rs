@@ -66,9 +66,8 @@ fn benches(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     // 512 MiB for every run, set on the executor: its warm engines are made for its own
     // limits (a V8 isolate's heap limit is fixed when it is made).
-    let limits = Limits { memory_limit_bytes: 512 << 20, ..Limits::default() };
-    let executor =
-        Executor::new(ExecutorConfig { workers: 1, limits: limits.clone(), ..ExecutorConfig::default() });
+    let limits = Limits::default().memory_limit_bytes(512 << 20);
+    let executor = Executor::new(ExecutorConfig::default().workers(1).limits(limits.clone()));
     let rows = rows_json();
     let value: serde_json::Value = serde_json::from_str(&rows).unwrap_or_default();
     let envelope: Arc<str> = result_envelope(&value).unwrap_or_default().into();
@@ -93,12 +92,9 @@ fn benches(c: &mut Criterion) {
     // With the `v8` feature, the same programs through `execute` on V8 too (the engine to
     // pick for computation, docs/performance.md).
     #[cfg(feature = "v8")]
-    let on_v8 = Executor::new(ExecutorConfig {
-        workers: 1,
-        limits,
-        engine: codemode_executor::EngineKind::V8,
-        ..ExecutorConfig::default()
-    });
+    let on_v8 = Executor::new(
+        ExecutorConfig::default().workers(1).limits(limits).engine(codemode_executor::EngineKind::V8),
+    );
     let mut group = c.benchmark_group("compute");
     group.sample_size(20).measurement_time(Duration::from_secs(8));
     for (name, source) in workloads {

@@ -72,7 +72,7 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("engines");
     group.measurement_time(Duration::from_secs(5));
     for &engine in EngineKind::BUILT_IN {
-        let executor = Executor::new(ExecutorConfig { workers: 1, engine, ..ExecutorConfig::default() });
+        let executor = Executor::new(ExecutorConfig::default().workers(1).engine(engine));
         for (name, request) in workloads {
             group.bench_with_input(BenchmarkId::new(name, engine.name()), &request, |b, request| {
                 b.iter(|| rt.block_on(executor.execute(request())))

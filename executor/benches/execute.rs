@@ -14,7 +14,7 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn benches(c: &mut Criterion) {
     let rt = runtime();
-    let one_worker = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let one_worker = Executor::new(ExecutorConfig::default().workers(1));
     let executor = Executor::default();
 
     let mut group = c.benchmark_group("execute");
@@ -53,10 +53,8 @@ fn benches(c: &mut Criterion) {
     });
     group.finish();
 
-    let command =
-        codemode_executor::WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let isolated =
-        codemode_executor::ProcessExecutor::new(ExecutorConfig { workers: 1, ..Default::default() }, command);
+    let command = codemode_executor::WorkerCommand::new(common::codemode_binary(), ["stdio"]);
+    let isolated = codemode_executor::ProcessExecutor::new(ExecutorConfig::default().workers(1), command);
     let mut group = c.benchmark_group("process isolation");
     group.bench_function("async () => 1 in a worker process", |b| {
         b.iter(|| rt.block_on(isolated.execute(Request::new("async () => 1"))))
@@ -76,11 +74,8 @@ fn benches(c: &mut Criterion) {
     for confinement in [codemode_executor::Confinement::Off, codemode_executor::Confinement::Required] {
         let level = confinement.name();
         let executor_at = || {
-            let command = codemode_executor::WorkerCommand {
-                program: common::codemode_binary(),
-                args: vec!["stdio".into()],
-            };
-            let config = ExecutorConfig { workers: 1, confinement, ..Default::default() };
+            let command = codemode_executor::WorkerCommand::new(common::codemode_binary(), ["stdio"]);
+            let config = ExecutorConfig::default().workers(1).confinement(confinement);
             codemode_executor::ProcessExecutor::new(config, command)
         };
         let check = rt.block_on(executor_at().execute(Request::new("async () => 1")));
@@ -103,15 +98,14 @@ fn benches(c: &mut Criterion) {
 
     let (unix, tcp) = rt.block_on(async {
         use codemode_executor::daemon::{Address, Daemon, DaemonConfig};
-        let config =
-            |listen, token| DaemonConfig { token, max_frame_bytes: 1 << 24, ..DaemonConfig::new(listen) };
+        let config = |listen, token| DaemonConfig::new(listen).token(token).max_frame_bytes(1 << 24);
         let path = std::env::temp_dir().join(format!("codemode-bench-{}.sock", std::process::id()));
         let on_unix = Daemon::bind(config(Address::Unix(path), None)).await.unwrap();
         let on_tcp =
             Daemon::bind(config(Address::Tcp("127.0.0.1:0".into()), Some("bench".into()))).await.unwrap();
         let (unix, tcp) = (on_unix.address().to_string(), on_tcp.address().to_string());
-        tokio::spawn(on_unix.serve(Executor::new(ExecutorConfig { workers: 1, ..Default::default() })));
-        tokio::spawn(on_tcp.serve(Executor::new(ExecutorConfig { workers: 1, ..Default::default() })));
+        tokio::spawn(on_unix.serve(Executor::new(ExecutorConfig::default().workers(1))));
+        tokio::spawn(on_tcp.serve(Executor::new(ExecutorConfig::default().workers(1))));
         (
             codemode_executor::RemoteExecutor::connect(&unix, None).await.unwrap(),
             codemode_executor::RemoteExecutor::connect(&tcp, Some("bench")).await.unwrap(),

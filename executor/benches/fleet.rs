@@ -22,7 +22,7 @@ fn main() {
         let _ = std::fs::remove_file(&path);
         let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(path))).await.unwrap();
         let address = daemon.address().to_string();
-        tokio::spawn(daemon.serve(Executor::new(ExecutorConfig { workers: 1, ..Default::default() })));
+        tokio::spawn(daemon.serve(Executor::new(ExecutorConfig::default().workers(1))));
         let single = RemoteExecutor::connect(&address, None).await.unwrap();
         let three = Endpoints::Static(vec![address.clone(), address.clone(), address]);
         let fleet = RemoteExecutor::connect_fleet(three, RemoteOptions::default()).await.unwrap();

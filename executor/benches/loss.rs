@@ -22,8 +22,8 @@ fn main() -> ExitCode {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let (daemon, path) = common::serve("loss");
-    let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let isolated = ProcessExecutor::new(ExecutorConfig { workers: 2, ..Default::default() }, command);
+    let command = WorkerCommand::new(common::codemode_binary(), ["stdio"]);
+    let isolated = ProcessExecutor::new(ExecutorConfig::default().workers(2), command);
     let remote = rt.block_on(common::connect(&path));
     let transports: [(&str, &dyn Execute); 2] = [("process isolation", &isolated), ("daemon", &remote)];
     let mut lost_any = false;

@@ -47,7 +47,7 @@ fn main() {
     let engine: EngineKind = std::env::var("CODEMODE_BENCH_ENGINE").map_or(EngineKind::QuickJs, |name| {
         name.parse().unwrap_or_else(|e| panic!("CODEMODE_BENCH_ENGINE: {e}"))
     });
-    let executor = Executor::new(ExecutorConfig { workers: 1, engine, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().workers(1).engine(engine));
     const N: usize = 500;
     runtime.block_on(async {
         // Warm up: the process-wide bytecode and allocator arenas are not per execution.

@@ -30,7 +30,7 @@ fn main() {
         return;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().workers(1));
     let timeout = Duration::from_millis(200);
     runtime.block_on(async {
         for (label, code) in PROGRAMS {

@@ -49,7 +49,7 @@ fn main() {
     println!("one tool call, median of {SAMPLES} samples of {CALLS} calls:");
 
     if wanted("local") {
-        let in_process = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+        let in_process = Executor::new(ExecutorConfig::default().workers(1));
         let local = per_call(|n| {
             let started = Instant::now();
             rt.block_on(in_process.execute(common::calls(n)));
@@ -119,19 +119,15 @@ fn over_daemon(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration 
 
 /// One call under process isolation (a `codemode stdio` worker process).
 fn under_isolation(rt: &tokio::runtime::Runtime, answer_spin: Duration) -> Duration {
-    let command = WorkerCommand { program: common::codemode_binary(), args: vec!["stdio".into()] };
-    let config = ExecutorConfig {
-        workers: 1,
-        // `CODEMODE_BENCH_CONFINEMENT=off`: unconfined workers, each serving many runs. A
-        // confined worker serves one run, and on one CPU (`taskset -c 0`) its replacement's
-        // start shares the CPU with the run being timed.
-        confinement: match std::env::var("CODEMODE_BENCH_CONFINEMENT").as_deref() {
-            Ok("off") => codemode_executor::Confinement::Off,
-            _ => codemode_executor::Confinement::default(),
-        },
-        answer_spin,
-        ..Default::default()
+    let command = WorkerCommand::new(common::codemode_binary(), ["stdio"]);
+    // `CODEMODE_BENCH_CONFINEMENT=off`: unconfined workers, each serving many runs. A
+    // confined worker serves one run, and on one CPU (`taskset -c 0`) its replacement's
+    // start shares the CPU with the run being timed.
+    let confinement = match std::env::var("CODEMODE_BENCH_CONFINEMENT").as_deref() {
+        Ok("off") => codemode_executor::Confinement::Off,
+        _ => codemode_executor::Confinement::default(),
     };
+    let config = ExecutorConfig::default().workers(1).confinement(confinement).answer_spin(answer_spin);
     let isolated = ProcessExecutor::new(config, command);
     per_call(|n| {
         // A confined worker serves one run, and the pool starts its replacement as a run

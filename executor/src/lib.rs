@@ -53,7 +53,9 @@ mod service;
 pub use api::toolbox;
 pub use service::{daemon, metrics, tls};
 
-pub use api::config::{DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, Limits, WorkerCommand};
+pub use api::config::{
+    DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, LimitError, Limits, ParseEngineError, WorkerCommand,
+};
 pub use api::execute::{
     Execute, ExecuteFuture, Profile, RETAIN_NEEDS_IN_PROCESS, RetainFuture, RetainRefused, RetainedExecution,
 };
@@ -67,9 +69,10 @@ pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use confine::Confinement;
 pub use in_process::executor::{Executor, NO_TOKIO_RUNTIME};
 pub use process::ProcessExecutor;
-pub use remote::{EndpointStatus, Endpoints, RemoteExecutor};
+pub use remote::{ConnectError, EndpointStatus, Endpoints, RemoteExecutor, RemoteOptions};
 pub use service::serve_config::{
-    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
+    ConfigError, ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
+    ServeConfig,
 };
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.

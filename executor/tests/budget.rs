@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, Request};
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use serde_json::json;
 use support::json;
@@ -24,7 +24,7 @@ fn resident_bytes() -> usize {
 }
 
 fn executor() -> Executor {
-    Executor::new(ExecutorConfig { workers: 2, ..support::config() })
+    Executor::new(support::config().workers(2))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -121,7 +121,7 @@ async fn limits_out_of_range_are_refused_with_the_minimum_or_ceiling() {
         let outcome = executor.execute(Request::new("async () => 'ok'").memory_limit_bytes(bytes)).await;
         assert_eq!(json(&outcome), json!({ "error": text, "kind": "invalid", "logs": [] }).to_string());
     }
-    let mut config = ExecutorConfig { workers: 1, ..support::config() };
+    let mut config = support::config().workers(1);
     config.ceilings.timeout = Duration::from_secs(60);
     let outcome =
         Executor::new(config).execute(Request::new("async () => 1").timeout(Duration::from_secs(61))).await;

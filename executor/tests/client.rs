@@ -95,8 +95,8 @@ async fn a_fetch_for_a_run_without_an_outbound_handler_is_refused_alike_by_a_dae
     let remote = RemoteExecutor::connect(&fake_daemon(), None).await.unwrap();
     assert_eq!(answered(&remote).await, expected, "over a daemon");
 
-    let node = WorkerCommand { program: "node".into(), args: vec!["-e".into(), peer_script()] };
-    let config = ExecutorConfig { workers: 1, confinement: Confinement::Off, ..ExecutorConfig::default() };
+    let node = WorkerCommand::new("node", ["-e".to_owned(), peer_script()]);
+    let config = ExecutorConfig::default().workers(1).confinement(Confinement::Off);
     let isolated = ProcessExecutor::new(config, node);
     assert_eq!(answered(&isolated).await, expected, "from a worker process");
 }

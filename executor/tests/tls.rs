@@ -2,7 +2,8 @@
 //! with it, the files are read (here: a missing certificate, named).
 
 use codemode_executor::RemoteExecutor;
-use codemode_executor::daemon::{Address, Daemon, DaemonConfig, TlsFiles};
+use codemode_executor::daemon::{Address, BindError, Daemon, DaemonConfig, TlsFiles};
+use codemode_executor::tls::TlsError;
 
 fn missing(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("codemode-tls-test-{}-{name}.pem", std::process::id()))
@@ -10,21 +11,24 @@ fn missing(name: &str) -> std::path::PathBuf {
 
 #[tokio::test]
 async fn a_daemon_with_tls_files_binds_only_with_the_feature() {
-    let config = DaemonConfig {
-        token: Some("t".to_owned()),
-        tls: Some(TlsFiles { cert: missing("cert"), key: missing("key") }),
-        ..DaemonConfig::new(Address::Tcp("127.0.0.1:0".to_owned()))
-    };
+    let config = DaemonConfig::new(Address::Tcp("127.0.0.1:0".to_owned()))
+        .token(Some("t".to_owned()))
+        .tls(Some(TlsFiles::new(missing("cert"), missing("key"))));
     let refused = Daemon::bind(config).await.err().unwrap();
     if cfg!(feature = "tls") {
+        assert!(
+            matches!(&refused, BindError::Tls(TlsError::Certificate { path, .. }) if *path == missing("cert"))
+        );
+        let refused = refused.to_string();
         assert!(
             refused.starts_with(&format!("cannot read the certificate {}: ", missing("cert").display())),
             "{refused}"
         );
     } else {
-        assert_eq!(refused, codemode_executor::tls::TLS_NOT_BUILT);
+        assert!(matches!(refused, BindError::Tls(TlsError::NotBuilt)), "{refused:?}");
+        assert_eq!(refused.to_string(), codemode_executor::tls::TLS_NOT_BUILT);
         assert_eq!(
-            refused,
+            refused.to_string(),
             "TLS is not built in: enable the `tls` feature of codemode-executor (the codemode command has it)"
         );
     }
@@ -36,12 +40,13 @@ async fn a_client_asking_for_tls_connects_only_with_the_feature() {
         .await
         .err()
         .unwrap();
+    assert!(matches!(refused, codemode_executor::ConnectError::Tls(_)), "{refused:?}");
     if cfg!(feature = "tls") {
         assert!(
-            refused.starts_with(&format!("cannot read the CA {}: ", missing("ca").display())),
+            refused.to_string().starts_with(&format!("cannot read the CA {}: ", missing("ca").display())),
             "{refused}"
         );
     } else {
-        assert_eq!(refused, codemode_executor::tls::TLS_NOT_BUILT);
+        assert_eq!(refused.to_string(), codemode_executor::tls::TLS_NOT_BUILT);
     }
 }

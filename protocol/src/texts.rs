@@ -247,6 +247,10 @@ pub const ERROR_TEXT_TRUNCATED: Template =
 pub const ENGINE_UNSTOPPABLE: &str =
     "The engine did not stop after the deadline; its thread was abandoned and the executor replaced it.";
 
+/// The outcome of every execution on an executor configured with V8 (`EngineKind::V8`) in a
+/// build without the `v8` feature: kind `invalid`, the program never runs.
+pub const V8_NOT_BUILT: &str = "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs.";
+
 /// The last log line, once the logs passed their volume bound.
 pub const LOG_LIMIT_REACHED: Template =
     Template("[codemode] Log limit of {limit} bytes reached; later logs are dropped.");

@@ -109,8 +109,11 @@ impl ExecuteRequest {
 ///
 /// A returned outcome is always [`OutcomeKind::Returned`] and carries no `kind` on the
 /// wire; every error outcome carries its kind beside its text.
+// New kinds may come (`#[non_exhaustive]`): a `match` on it needs an arm for the others.
+// (A plain comment: the doc comment is the schema's description.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub enum OutcomeKind {
     /// The program returned (or its promise resolved).
     Returned,
@@ -545,8 +548,10 @@ pub struct ProtocolError {
 }
 
 /// The kinds of [`ProtocolError`].
+// New kinds may come with new versions of the protocol (`#[non_exhaustive]`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub enum ProtocolErrorKind {
     /// The hello was missing, of another protocol, or of an unsupported version.
     Hello,

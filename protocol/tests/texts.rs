@@ -129,6 +129,10 @@ fn the_limit_refusal_and_engine_texts_are_pinned() {
         ENGINE_UNSTOPPABLE,
         "The engine did not stop after the deadline; its thread was abandoned and the executor replaced it."
     );
+    assert_eq!(
+        V8_NOT_BUILT,
+        "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs."
+    );
 }
 
 #[test]

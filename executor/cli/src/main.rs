@@ -198,13 +198,13 @@ struct EngineArg {
 
 impl EngineArg {
     fn kind(&self) -> Result<EngineKind, String> {
-        self.name.parse()
+        self.name.parse().map_err(|e: codemode_executor::ParseEngineError| e.to_string())
     }
 }
 
 /// The executor's default configuration on `engine`.
 fn config(engine: EngineKind) -> ExecutorConfig {
-    ExecutorConfig { engine, ..ExecutorConfig::default() }
+    ExecutorConfig::default().engine(engine)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -308,7 +308,7 @@ fn usage_error(problem: String) -> ExitCode {
 
 /// A worker of process isolation: confined as its host asks (`wire::worker`).
 fn stdio(engine: EngineKind) -> Result<(), String> {
-    codemode_executor::wire::worker::serve_stdio(engine)
+    codemode_executor::wire::worker::serve_stdio(engine).map_err(|e| e.to_string())
 }
 
 /// Where a run's providers come from.
@@ -398,10 +398,10 @@ impl ConnectArgs {
             ),
         };
         let tls = match (&self.tls_ca, &self.tls_server_name) {
-            (Some(ca), Some(name)) => Some(RemoteTls { ca: ca.clone(), server_name: name.clone() }),
+            (Some(ca), Some(name)) => Some(RemoteTls::new(ca.clone(), name.clone())),
             _ => None,
         };
-        let options = RemoteOptions { token, tls, ..RemoteOptions::default() };
+        let options = RemoteOptions::default().token(token).tls(tls);
         let dns: Vec<&String> = self.connect.iter().filter(|a| a.starts_with("dns:")).collect();
         let endpoints = match (dns.as_slice(), self.connect.len()) {
             ([], _) => Endpoints::Static(self.connect.clone()),
@@ -485,7 +485,7 @@ fn run(
         let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
         config.confinement = confinement;
         config.workers = 1;
-        Some(WorkerCommand { program, args })
+        Some(WorkerCommand::new(program, args))
     } else {
         None
     };
@@ -504,7 +504,8 @@ fn run(
                 (None, None) => Ok(Executor::new(config).execute(request).await),
                 (None, Some(worker)) => Ok(ProcessExecutor::new(config, worker).execute(request).await),
                 (Some((endpoints, options)), _) => {
-                    let remote = RemoteExecutor::connect_fleet(endpoints, options).await?;
+                    let remote =
+                        RemoteExecutor::connect_fleet(endpoints, options).await.map_err(|e| e.to_string())?;
                     Ok::<_, String>(remote.execute(request).await)
                 }
             }

@@ -161,11 +161,10 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
         Ok(servers) => servers,
         Err(problem) => return crate::usage_error(problem),
     };
-    let limits = ServeLimits {
-        timeout: args.timeout_ms.map(Duration::from_millis),
-        memory_limit_bytes: args.memory_limit_bytes,
-        max_executions: args.max_executions,
-    };
+    let limits = ServeLimits::default()
+        .timeout(args.timeout_ms.map(Duration::from_millis))
+        .memory_limit_bytes(args.memory_limit_bytes)
+        .max_executions(args.max_executions);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return crate::usage_error(format!("cannot start the async runtime: {e}")),
@@ -208,7 +207,8 @@ async fn start(
     }
     let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
     let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
-    let server = CodeModeServer::new(Executor::new(crate::config(engine)), toolbox, limits)?;
+    let server = CodeModeServer::new(Executor::new(crate::config(engine)), toolbox, limits)
+        .map_err(|e| e.to_string())?;
     if names.is_empty() {
         eprintln!(
             "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"

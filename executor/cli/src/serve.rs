@@ -11,9 +11,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::oneshot;
 
 use crate::admin::{self, Admin};
-use codemode_executor::{
-    ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel, ServeConfig,
-};
+use codemode_executor::{IsolationKind, LogFormat, LogLevel, ServeConfig};
 
 /// The flags of `codemode serve`; each overrides the config file's field of the same name.
 #[derive(clap::Args)]
@@ -137,55 +135,45 @@ pub(crate) struct ServeArgs {
 impl ServeArgs {
     /// The flags as a configuration of their own, to lay over the file's.
     fn as_config(&self) -> ServeConfig {
-        ServeConfig {
-            listen: self.listen.clone(),
-            token_file: self.token_file.clone(),
-            tls_cert: self.tls_cert.clone(),
-            tls_key: self.tls_key.clone(),
-            log_format: self
-                .log_format
-                .as_deref()
-                .map(|f| if f == "json" { LogFormat::Json } else { LogFormat::Text }),
-            log_level: self.log_level.as_deref().map(|level| match level {
-                "error" => LogLevel::Error,
-                "warn" => LogLevel::Warn,
-                "debug" => LogLevel::Debug,
-                _ => LogLevel::Info,
-            }),
-            admin: self.admin.clone(),
-            drain_timeout_ms: self.drain_timeout_ms,
-            executor: ExecutorSection {
-                workers: self.workers,
-                engine: self.engine.clone(),
-                isolation: self
-                    .isolation
-                    .as_deref()
-                    .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess }),
-                confinement: self.confinement.as_deref().and_then(|c| c.parse().ok()),
-                answer_spin_us: self.answer_spin_us,
-            },
-            limits: LimitsSection {
-                timeout_ms: self.timeout_ms,
-                memory_limit_bytes: self.memory_limit_bytes,
-                ..LimitsSection::default()
-            },
-            ceilings: LimitsSection {
-                timeout_ms: self.max_timeout_ms,
-                memory_limit_bytes: self.max_memory_limit_bytes,
-                ..LimitsSection::default()
-            },
-            connections: ConnectionsSection {
-                max_connections: self.max_connections,
-                max_executions: self.max_executions,
-                max_live_executions: self.max_live_executions,
-                max_frame_bytes: self.max_frame_bytes,
-                max_hello_bytes: self.max_hello_bytes,
-                hello_timeout_ms: self.hello_timeout_ms,
-                idle_timeout_ms: self.idle_timeout_ms,
-                max_queued_bytes: self.max_queued_bytes,
-                send_timeout_ms: self.send_timeout_ms,
-            },
-        }
+        let mut config = ServeConfig::default();
+        config.listen = self.listen.clone();
+        config.token_file = self.token_file.clone();
+        config.tls_cert = self.tls_cert.clone();
+        config.tls_key = self.tls_key.clone();
+        config.log_format =
+            self.log_format.as_deref().map(|f| if f == "json" { LogFormat::Json } else { LogFormat::Text });
+        config.log_level = self.log_level.as_deref().map(|level| match level {
+            "error" => LogLevel::Error,
+            "warn" => LogLevel::Warn,
+            "debug" => LogLevel::Debug,
+            _ => LogLevel::Info,
+        });
+        config.admin = self.admin.clone();
+        config.drain_timeout_ms = self.drain_timeout_ms;
+        let executor = &mut config.executor;
+        executor.workers = self.workers;
+        executor.engine = self.engine.clone();
+        executor.isolation = self
+            .isolation
+            .as_deref()
+            .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess });
+        executor.confinement = self.confinement.as_deref().and_then(|c| c.parse().ok());
+        executor.answer_spin_us = self.answer_spin_us;
+        config.limits.timeout_ms = self.timeout_ms;
+        config.limits.memory_limit_bytes = self.memory_limit_bytes;
+        config.ceilings.timeout_ms = self.max_timeout_ms;
+        config.ceilings.memory_limit_bytes = self.max_memory_limit_bytes;
+        let connections = &mut config.connections;
+        connections.max_connections = self.max_connections;
+        connections.max_executions = self.max_executions;
+        connections.max_live_executions = self.max_live_executions;
+        connections.max_frame_bytes = self.max_frame_bytes;
+        connections.max_hello_bytes = self.max_hello_bytes;
+        connections.hello_timeout_ms = self.hello_timeout_ms;
+        connections.idle_timeout_ms = self.idle_timeout_ms;
+        connections.max_queued_bytes = self.max_queued_bytes;
+        connections.send_timeout_ms = self.send_timeout_ms;
+        config
     }
 }
 
@@ -201,8 +189,8 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let config = file.overridden_by(&args.as_config());
     let worker = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-    let executor_config = config.executor_config()?;
-    let daemon_config = config.daemon_config()?;
+    let executor_config = config.executor_config().map_err(|e| e.to_string())?;
+    let daemon_config = config.daemon_config().map_err(|e| e.to_string())?;
     let limits = config.daemon_limits();
     let drain_timeout = config.drain_timeout();
     start_logging(config.log_format.unwrap_or_default(), config.log_level.unwrap_or_default());
@@ -213,8 +201,8 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let served = runtime.block_on(async {
-        let executor = config.executor(worker)?;
-        let daemon = Daemon::bind_with(daemon_config, limits).await?;
+        let executor = config.executor(worker).map_err(|e| e.to_string())?;
+        let daemon = Daemon::bind_with(daemon_config, limits).await.map_err(|e| e.to_string())?;
         let _ = health.set(daemon.health());
         let Control { admin, drain } = control;
         // Polled first right after the daemon's "listening" line, so that line stays first.
@@ -228,7 +216,7 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
                 Err(_) => std::future::pending().await,
             }
         };
-        daemon.serve_until(executor, drain, drain_timeout).await
+        daemon.serve_until(executor, drain, drain_timeout).await.map_err(|e| e.to_string())
     });
     // Whatever is left on the runtime (a task of a run ended at the timeout) is not waited for.
     runtime.shutdown_timeout(Duration::from_secs(1));
@@ -331,6 +319,8 @@ fn start_logging(format: LogFormat, level: LogLevel) {
         LogLevel::Warn => tracing::Level::WARN,
         LogLevel::Info => tracing::Level::INFO,
         LogLevel::Debug => tracing::Level::DEBUG,
+        // A level this command does not know yet: the default.
+        _ => tracing::Level::INFO,
     };
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -340,5 +330,7 @@ fn start_logging(format: LogFormat, level: LogLevel) {
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
+        // A format this command does not know yet: the default, text.
+        _ => builder.try_init(),
     };
 }

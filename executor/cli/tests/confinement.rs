@@ -24,15 +24,15 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 fn executor_on(engine: EngineKind, confinement: Confinement, namespaces: bool) -> ProcessExecutor {
     let codemode = env!("CARGO_BIN_EXE_codemode").to_owned();
     let mut args = vec!["stdio".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
-    let program = if namespaces {
+    let program: std::path::PathBuf = if namespaces {
         codemode.into()
     } else {
         args.insert(0, codemode);
         args.insert(0, format!("{}=off", codemode_executor::confine::NAMESPACES_VAR));
         "/usr/bin/env".into()
     };
-    let config = ExecutorConfig { workers: 1, confinement, engine, ..Default::default() };
-    ProcessExecutor::new(config, WorkerCommand { program, args })
+    let config = ExecutorConfig::default().workers(1).confinement(confinement).engine(engine);
+    ProcessExecutor::new(config, WorkerCommand::new(program, args))
 }
 
 /// [`executor_on`] QuickJS.
@@ -234,7 +234,7 @@ async fn a_confined_run_prints_the_dates_an_in_process_one_does() {
     for &engine in EngineKind::BUILT_IN {
         let confined = executor_on(engine, Confinement::Required, true).execute(Request::new(code)).await;
         let in_process =
-            Executor::new(ExecutorConfig { engine, ..Default::default() }).execute(Request::new(code)).await;
+            Executor::new(ExecutorConfig::default().engine(engine)).execute(Request::new(code)).await;
         assert_eq!(json(&confined), json(&in_process), "{}", engine.name());
     }
 }

@@ -7,8 +7,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_executor::daemon::{Address, Daemon, DaemonConfig, DaemonLimits, RemoteOptions, TlsFiles};
-use codemode_executor::{Executor, ExecutorConfig, RemoteExecutor, Request};
+use codemode_executor::daemon::{
+    Address, BindError, Daemon, DaemonConfig, DaemonLimits, RemoteOptions, TlsFiles,
+};
+use codemode_executor::{ConnectError, Executor, ExecutorConfig, RemoteExecutor, Request};
+use codemode_protocol::wire::ProtocolErrorKind;
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 use support::{Recorder, json, triple};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -20,7 +23,7 @@ fn temp(name: &str) -> PathBuf {
 }
 
 fn config(listen: Address) -> DaemonConfig {
-    DaemonConfig { max_frame_bytes: 1 << 20, ..DaemonConfig::new(listen) }
+    DaemonConfig::new(listen).max_frame_bytes(1 << 20)
 }
 
 /// A daemon serving `executor` in this process; its address.
@@ -119,12 +122,12 @@ async fn over_a_unix_socket_calls_come_back_to_the_hosts_dispatch() {
 #[tokio::test]
 async fn tcp_requires_a_token_and_plain_tcp_stays_on_loopback() {
     let refused = Daemon::bind(config(Address::Tcp("127.0.0.1:0".into()))).await.err().unwrap();
-    assert_eq!(refused, "a TCP daemon requires a token: give --token-file");
+    assert!(matches!(refused, BindError::TokenRequired), "{refused:?}");
+    assert_eq!(refused.to_string(), "a TCP daemon requires a token: give --token-file");
     let exposed =
-        Daemon::bind(DaemonConfig { token: Some("t".into()), ..config(Address::Tcp("0.0.0.0:0".into())) })
-            .await
-            .err()
-            .unwrap();
+        Daemon::bind(config(Address::Tcp("0.0.0.0:0".into())).token(Some("t".into()))).await.err().unwrap();
+    assert!(matches!(exposed, BindError::PlainTcpNotLoopback { .. }), "{exposed:?}");
+    let exposed = exposed.to_string();
     assert!(
         exposed.starts_with("plain TCP is accepted only on a loopback address, and 0.0.0.0:"),
         "{exposed}"
@@ -134,17 +137,20 @@ async fn tcp_requires_a_token_and_plain_tcp_stays_on_loopback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_or_missing_token_is_refused_before_any_execute() {
-    let address = start(
-        DaemonConfig { token: Some("s3cret".into()), ..config(Address::Tcp("127.0.0.1:0".into())) },
-        Executor::default(),
-    )
-    .await;
+    let address =
+        start(config(Address::Tcp("127.0.0.1:0".into())).token(Some("s3cret".into())), Executor::default())
+            .await;
+    let wrong = RemoteExecutor::connect(&address, Some("guess")).await.err().unwrap();
+    assert!(
+        matches!(&wrong, ConnectError::Refused { kind: ProtocolErrorKind::Unauthorized, .. }),
+        "{wrong:?}"
+    );
     assert_eq!(
-        RemoteExecutor::connect(&address, Some("guess")).await.err().unwrap(),
+        wrong.to_string(),
         "the daemon refused the connection: the hello's token is not this daemon's token"
     );
     assert_eq!(
-        RemoteExecutor::connect(&address, None).await.err().unwrap(),
+        RemoteExecutor::connect(&address, None).await.err().unwrap().to_string(),
         "the daemon refused the connection: this daemon requires a token and the hello carried none; pass the token the daemon was started with"
     );
     let remote = RemoteExecutor::connect(&address, Some("s3cret")).await.unwrap();
@@ -158,11 +164,9 @@ async fn tls_with_a_token_verified_against_a_given_ca() {
     std::fs::write(&cert, certified.cert.pem()).unwrap();
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
     let address = start(
-        DaemonConfig {
-            token: Some("t0ken".into()),
-            tls: Some(TlsFiles { cert: cert.clone(), key }),
-            ..config(Address::Tcp("0.0.0.0:0".into()))
-        },
+        config(Address::Tcp("0.0.0.0:0".into()))
+            .token(Some("t0ken".into()))
+            .tls(Some(TlsFiles::new(cert.clone(), key))),
         Executor::default(),
     )
     .await;
@@ -178,7 +182,8 @@ async fn tls_with_a_token_verified_against_a_given_ca() {
     std::fs::write(&wrong_ca, other.cert.pem()).unwrap();
     let refused =
         RemoteExecutor::connect_tls(&address, Some("t0ken"), &wrong_ca, "localhost").await.err().unwrap();
-    assert!(refused.starts_with("TLS with 127.0.0.1:"), "{refused}");
+    assert!(matches!(refused, ConnectError::Unreachable(_)), "{refused:?}");
+    assert!(refused.to_string().starts_with("TLS with 127.0.0.1:"), "{refused}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,7 +259,7 @@ const HELLO: &str = r#"{"type":"hello","protocol":"codemode","version":1}"#;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_that_disconnects_mid_call_leaves_no_engine_behind() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().workers(1));
     let path = temp("sock");
     start(config(Address::Unix(path.clone())), executor.clone()).await;
     let mut raw = Raw::connect(&path).await;
@@ -280,8 +285,7 @@ async fn a_host_that_disconnects_mid_call_leaves_no_engine_behind() {
 /// execution, one twice, with a ping between them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frames_arriving_while_executions_wait_awake_are_each_handled_once() {
-    let executor =
-        Executor::new(ExecutorConfig { answer_spin: Duration::from_millis(1), ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().answer_spin(Duration::from_millis(1)));
     let path = temp("sock");
     start(config(Address::Unix(path.clone())), executor).await;
     let mut raw = Raw::connect(&path).await;
@@ -343,8 +347,7 @@ async fn frames_arriving_while_executions_wait_awake_are_each_handled_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_and_oversized_frames_close_only_their_connection() {
     let path = temp("sock");
-    start(DaemonConfig { max_frame_bytes: 1024, ..config(Address::Unix(path.clone())) }, Executor::default())
-        .await;
+    start(config(Address::Unix(path.clone())).max_frame_bytes(1024), Executor::default()).await;
     let mut bad = Raw::connect(&path).await;
     bad.send(HELLO).await;
     bad.next().await;
@@ -380,8 +383,7 @@ async fn malformed_and_oversized_frames_close_only_their_connection() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outcomes_cross_with_their_kind() {
     let path = temp("sock");
-    start(DaemonConfig { max_executions: 1, ..config(Address::Unix(path.clone())) }, Executor::default())
-        .await;
+    start(config(Address::Unix(path.clone())).max_executions(1), Executor::default()).await;
     let mut raw = Raw::connect(&path).await;
     raw.send(HELLO).await;
     raw.next().await;
@@ -501,7 +503,7 @@ async fn fetch_travels_back_to_the_hosts_outbound_handler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_remote_execute_cancels_it_on_the_daemon() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().workers(1));
     let address = start(config(Address::Unix(temp("sock"))), executor.clone()).await;
     let remote = RemoteExecutor::connect(&address, None).await.unwrap();
     let busy =
@@ -520,7 +522,7 @@ async fn dropping_a_remote_execute_cancels_it_on_the_daemon() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_retains_an_engine_until_the_host_releases_it() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..Default::default() });
+    let executor = Executor::new(ExecutorConfig::default().workers(1));
     let address = start(config(Address::Unix(temp("sock"))), executor.clone()).await;
     let remote = RemoteExecutor::connect(&address, None).await.unwrap();
     let recorder = Recorder::default();
@@ -581,7 +583,7 @@ async fn out_of_file_descriptors_the_daemon_backs_off_and_serves_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_its_maximum_of_connections_a_connection_is_refused_at_once() {
     let path = temp("sock");
-    let limits = DaemonLimits { max_connections: 2, ..DaemonLimits::default() };
+    let limits = DaemonLimits::default().max_connections(2);
     let address = start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
     let mut first = Raw::connect(&path).await;
     first.send(HELLO).await;
@@ -595,8 +597,13 @@ async fn past_its_maximum_of_connections_a_connection_is_refused_at_once() {
         r#"{"type":"error","kind":"tooManyConnections","message":"The daemon is serving its maximum of 2 connections. Close one, or try again later."}"#
     );
     assert_eq!(third.next().await, None, "closed at once");
+    let full = RemoteExecutor::connect(&address, None).await.err().unwrap();
+    assert!(
+        matches!(&full, ConnectError::Refused { kind: ProtocolErrorKind::TooManyConnections, .. }),
+        "{full:?}"
+    );
     assert_eq!(
-        RemoteExecutor::connect(&address, None).await.err().unwrap(),
+        full.to_string(),
         "the daemon refused the connection: The daemon is serving its maximum of 2 connections. Close one, or try again later."
     );
     // One leaves: its place is free once the daemon has seen it go.
@@ -620,7 +627,7 @@ async fn past_its_maximum_of_connections_a_connection_is_refused_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn before_its_hello_a_connection_may_send_only_a_small_hello_and_soon() {
     let path = temp("sock");
-    let limits = DaemonLimits { hello_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    let limits = DaemonLimits::default().hello_timeout(Duration::from_millis(300));
     start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
     let late = r#"{"type":"error","kind":"hello","message":"No hello arrived within 300 ms of connecting. Send the hello first, at once."}"#;
 
@@ -666,12 +673,10 @@ async fn a_tls_handshake_counts_against_the_hellos_deadline() {
     let (cert, key) = (temp("cert.pem"), temp("key.pem"));
     std::fs::write(&cert, certified.cert.pem()).unwrap();
     std::fs::write(&key, certified.signing_key.serialize_pem()).unwrap();
-    let config = DaemonConfig {
-        token: Some("t0ken".into()),
-        tls: Some(TlsFiles { cert: cert.clone(), key }),
-        ..config(Address::Tcp("127.0.0.1:0".into()))
-    };
-    let limits = DaemonLimits { hello_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    let config = config(Address::Tcp("127.0.0.1:0".into()))
+        .token(Some("t0ken".into()))
+        .tls(Some(TlsFiles::new(cert.clone(), key)));
+    let limits = DaemonLimits::default().hello_timeout(Duration::from_millis(300));
     let address = start_with(config, limits, Executor::default()).await;
     let mut silent = tokio::net::TcpStream::connect(address.strip_prefix("tcp:").unwrap()).await.unwrap();
     let opened = Instant::now();
@@ -691,7 +696,7 @@ async fn a_tls_handshake_counts_against_the_hellos_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_connection_is_closed_and_one_with_a_live_execution_is_not() {
     let path = temp("sock");
-    let limits = DaemonLimits { idle_timeout: Duration::from_millis(300), ..DaemonLimits::default() };
+    let limits = DaemonLimits::default().idle_timeout(Duration::from_millis(300));
     let address = start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
     let idle = r#"{"type":"error","kind":"idle","message":"The connection was idle for 300 ms (no message either way and no execution live), so the daemon closed it. Connect again to run more."}"#;
 
@@ -862,12 +867,9 @@ async fn an_outcome_over_the_frame_bound_arrives_as_result_too_large_and_others_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_skips_a_frame_over_its_bound_and_fails_only_that_execution() {
     // The daemon writes frames of up to 4 MiB; this client reads up to 1 MiB.
-    let address = start(
-        DaemonConfig { max_frame_bytes: 4 << 20, ..config(Address::Unix(temp("sock"))) },
-        Executor::default(),
-    )
-    .await;
-    let options = RemoteOptions { max_frame_bytes: 1 << 20, ..RemoteOptions::default() };
+    let address =
+        start(config(Address::Unix(temp("sock"))).max_frame_bytes(4 << 20), Executor::default()).await;
+    let options = RemoteOptions::default().max_frame_bytes(1 << 20);
     let remote = RemoteExecutor::connect_with(&address, options).await.unwrap();
     let normal = slow_run(&remote);
     let large =
@@ -886,7 +888,7 @@ async fn a_client_skips_a_frame_over_its_bound_and_fails_only_that_execution() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_answers_and_requests_past_the_frame_bound_are_refused_not_sent() {
     let address = start(config(Address::Unix(temp("sock"))), Executor::default()).await;
-    let options = RemoteOptions { max_frame_bytes: 1 << 20, ..RemoteOptions::default() };
+    let options = RemoteOptions::default().max_frame_bytes(1 << 20);
     let remote = RemoteExecutor::connect_with(&address, options).await.unwrap();
     let recorder = Recorder::default();
     let call = remote
@@ -961,12 +963,8 @@ async fn a_broken_connection_fails_its_pending_executions_and_the_next_execute_c
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outcome_waiting_on_a_client_that_reads_nothing_is_dropped_for_a_short_one() {
     let path = temp("sock");
-    let limits = DaemonLimits {
-        max_queued_bytes: 64 << 10,
-        send_timeout: Duration::from_millis(300),
-        ..DaemonLimits::default()
-    };
-    let config = DaemonConfig { max_frame_bytes: 4 << 20, ..config(Address::Unix(path.clone())) };
+    let limits = DaemonLimits::default().max_queued_bytes(64 << 10).send_timeout(Duration::from_millis(300));
+    let config = config(Address::Unix(path.clone())).max_frame_bytes(4 << 20);
     start_with(config, limits, Executor::default()).await;
     let mut raw = Raw::connect(&path).await;
     raw.send(HELLO).await;
@@ -1004,7 +1002,7 @@ async fn an_outcome_waiting_on_a_client_that_reads_nothing_is_dropped_for_a_shor
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn executions_are_bounded_across_all_connections_and_a_place_frees_when_one_ends() {
     let path = temp("sock");
-    let limits = DaemonLimits { max_live_executions: 2, ..DaemonLimits::default() };
+    let limits = DaemonLimits::default().max_live_executions(2);
     start_with(config(Address::Unix(path.clone())), limits, Executor::default()).await;
     const WAITS: &str = r#""request":{"code":"async () => store.find(1)","providers":[{"name":"store","tools":["find"]}],"dispatch":true}}"#;
     // Two connections, each with an execution waiting on a call: the daemon is full.
@@ -1063,8 +1061,9 @@ async fn executions_are_bounded_across_all_connections_and_a_place_frees_when_on
 async fn a_socket_that_cannot_be_bound_is_named_as_given() {
     let path = PathBuf::from("/nonexistent-codemode-dir/d.sock");
     let refused = Daemon::bind(DaemonConfig::new(Address::Unix(path))).await.err().unwrap();
+    assert!(matches!(refused, BindError::Listen { .. }), "{refused:?}");
     assert_eq!(
-        refused,
+        refused.to_string(),
         "cannot listen on /nonexistent-codemode-dir/d.sock: No such file or directory (os error 2)"
     );
 }

@@ -117,7 +117,7 @@ fn request(id: usize, log: &Arc<Mutex<Vec<(usize, usize)>>>) -> (Request, String
 async fn a_fleet_loses_nothing_it_may_not_and_runs_no_call_twice() {
     let daemons = [Served::start(0), Served::start(1), Served::start(2)];
     let addresses: Vec<String> = daemons.iter().map(Served::address).collect();
-    let options = RemoteOptions { keepalive: Some(Duration::from_secs(2)), ..RemoteOptions::default() };
+    let options = RemoteOptions::default().keepalive(Some(Duration::from_secs(2)));
     let remote = RemoteExecutor::connect_fleet(Endpoints::Static(addresses.clone()), options).await.unwrap();
     let log = Arc::new(Mutex::new(Vec::new()));
     let done = Arc::new(AtomicUsize::new(0));

@@ -19,9 +19,8 @@ fn isolated() -> ProcessExecutor {
 }
 
 fn isolated_at(confinement: Confinement) -> ProcessExecutor {
-    let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    ProcessExecutor::new(ExecutorConfig { workers: 1, confinement, ..Default::default() }, command)
+    let command = WorkerCommand::new(env!("CARGO_BIN_EXE_codemode"), ["stdio"]);
+    ProcessExecutor::new(ExecutorConfig::default().workers(1).confinement(confinement), command)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

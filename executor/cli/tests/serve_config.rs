@@ -5,7 +5,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use codemode_executor::{EngineKind, IsolationKind, Limits, LogFormat, RemoteExecutor, Request, ServeConfig};
+use codemode_executor::{
+    ConfigError, EngineKind, IsolationKind, LimitError, Limits, LogFormat, ParseEngineError, RemoteExecutor,
+    Request, ServeConfig,
+};
 
 /// What `codemode serve --config` does with the file's text.
 fn from_toml(text: &str) -> Result<ServeConfig, String> {
@@ -47,7 +50,11 @@ fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
     let command = config.worker_command("/usr/bin/codemode".into()).unwrap().unwrap();
     assert_eq!(command.program, std::path::Path::new("/usr/bin/codemode"));
     assert_eq!(command.args, ["stdio", "--engine", "quickjs"]);
-    assert_eq!(from_toml("").unwrap().worker_command("codemode".into()), Ok(None), "in-process by default");
+    assert_eq!(
+        from_toml("").unwrap().worker_command("codemode".into()).unwrap(),
+        None,
+        "in-process by default"
+    );
     assert_eq!(executor.limits.timeout, Duration::from_secs(2));
     assert_eq!(executor.limits.memory_limit_bytes, 32 << 20);
     assert_eq!(executor.limits.max_log_bytes, Limits::default().max_log_bytes);
@@ -76,7 +83,8 @@ fn the_admin_port_and_the_drain_timeout_come_from_the_file_or_the_flags() {
     let file = from_toml("admin = \"0.0.0.0:9090\"\ndrain_timeout_ms = 35000\n").unwrap();
     assert_eq!(file.admin.as_deref(), Some("0.0.0.0:9090"));
     assert_eq!(file.drain_timeout(), Duration::from_secs(35));
-    let flags = ServeConfig { drain_timeout_ms: Some(300), ..ServeConfig::default() };
+    let mut flags = ServeConfig::default();
+    flags.drain_timeout_ms = Some(300);
     let config = file.overridden_by(&flags);
     assert_eq!(
         (config.admin.as_deref(), config.drain_timeout()),
@@ -97,28 +105,47 @@ fn the_admin_port_and_the_drain_timeout_come_from_the_file_or_the_flags() {
 
 #[test]
 fn what_cannot_run_is_refused_with_what_to_change() {
-    let refused = |text: &str| {
-        let config = from_toml(text)?;
-        config.executor_config().map(|_| ())
-    };
+    let config_error = |text: &str| from_toml(text).unwrap().executor_config().unwrap_err();
+    let above = config_error("[limits]\ntimeout_ms = 9000\n[ceilings]\ntimeout_ms = 5000");
+    assert!(
+        matches!(
+            above,
+            ConfigError::Limits(LimitError::AboveCeiling {
+                limit: "timeoutMs",
+                value: 9000,
+                ceiling: 5000,
+                ..
+            })
+        ),
+        "{above:?}"
+    );
     assert_eq!(
-        refused("[limits]\ntimeout_ms = 9000\n[ceilings]\ntimeout_ms = 5000").unwrap_err(),
+        above.to_string(),
         "[limits]: The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000."
     );
-    assert_eq!(
-        refused("[executor]\nengine = \"spidermonkey\"").unwrap_err(),
-        "unknown engine \"spidermonkey\"; built in: quickjs"
+    let small = config_error("[ceilings]\nmemory_limit_bytes = 1024");
+    assert!(matches!(small, ConfigError::Ceilings(LimitError::TooSmall { .. })), "{small:?}");
+    let unknown_engine = config_error("[executor]\nengine = \"spidermonkey\"");
+    assert!(
+        matches!(unknown_engine, ConfigError::Engine(ParseEngineError::Unknown { .. })),
+        "{unknown_engine:?}"
     );
-    assert_eq!(refused("[executor]\nworkers = 0").unwrap_err(), "[executor] workers must be at least 1");
+    assert_eq!(unknown_engine.to_string(), "unknown engine \"spidermonkey\"; built in: quickjs");
+    let no_workers = config_error("[executor]\nworkers = 0");
+    assert!(matches!(no_workers, ConfigError::NoWorkers), "{no_workers:?}");
+    assert_eq!(no_workers.to_string(), "[executor] workers must be at least 1");
+    let spin = config_error("[executor]\nanswer_spin_us = 1001");
+    assert!(matches!(spin, ConfigError::AnswerSpinTooLong { micros: 1001, .. }), "{spin:?}");
     assert_eq!(
-        refused("[executor]\nanswer_spin_us = 1001").unwrap_err(),
+        spin.to_string(),
         "[executor] answer_spin_us is 1001; it must be at most 1000 (a longer wait awake only burns CPU); 0 never waits awake"
     );
-    let unknown = refused("[limits]\ntimeout = 5").unwrap_err();
+    let unknown = from_toml("[limits]\ntimeout = 5").unwrap_err();
     assert!(unknown.contains("unknown field `timeout`, expected one of `timeout_ms`"), "{unknown}");
     let missing = ServeConfig::default().daemon_config().unwrap_err();
+    assert!(matches!(missing, ConfigError::NoListen), "{missing:?}");
     assert_eq!(
-        missing,
+        missing.to_string(),
         "say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)"
     );
 }

@@ -20,9 +20,8 @@ async fn transports(tag: &str) -> (Vec<(&'static str, Box<dyn Execute>)>, std::p
     let daemon = Daemon::bind(DaemonConfig::new(Address::Unix(path.clone()))).await.unwrap();
     let address = daemon.address().to_string();
     tokio::spawn(daemon.serve(Executor::default()));
-    let command =
-        WorkerCommand { program: env!("CARGO_BIN_EXE_codemode").into(), args: vec!["stdio".into()] };
-    let isolated = ProcessExecutor::new(ExecutorConfig { workers: 2, ..Default::default() }, command);
+    let command = WorkerCommand::new(env!("CARGO_BIN_EXE_codemode"), ["stdio"]);
+    let isolated = ProcessExecutor::new(ExecutorConfig::default().workers(2), command);
     let executors: Vec<(&'static str, Box<dyn Execute>)> = vec![
         ("in-process", Box::new(Executor::default())),
         ("process isolation", Box::new(isolated)),

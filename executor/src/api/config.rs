@@ -3,8 +3,15 @@
 
 use std::time::Duration;
 
+use codemode_protocol::texts::{LIMIT_ABOVE_CEILING, LIMIT_TOO_SMALL, V8_NOT_BUILT};
+
 /// The bounds one execution runs within.
+///
+/// Marked `#[non_exhaustive]`: start from [`Limits::default`] and set the fields you
+/// change (`let mut limits = Limits::default(); limits.timeout = ...;`), or chain the
+/// setters of the same names (`Limits::default().max_result_bytes(1024)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Limits {
     /// Wall-clock limit, from `execute` to the outcome.
     pub timeout: Duration,
@@ -96,31 +103,95 @@ impl Limits {
         ]
     }
 
-    /// `Err` with the text of the first limit below its minimum or above its ceiling.
-    pub fn check(&self, ceilings: &Limits) -> Result<(), String> {
-        use codemode_protocol::texts::{LIMIT_ABOVE_CEILING, LIMIT_TOO_SMALL};
-        for (name, value, minimum, ceiling) in self.named(ceilings) {
-            let (shown, minimum_text, ceiling_text) =
-                (value.to_string(), minimum.to_string(), ceiling.to_string());
+    /// `Err` names the first limit below its minimum or above its ceiling; its Display is
+    /// the refusal's pinned text ([`LIMIT_TOO_SMALL`], [`LIMIT_ABOVE_CEILING`]).
+    pub fn check(&self, ceilings: &Limits) -> Result<(), LimitError> {
+        for (limit, value, minimum, ceiling) in self.named(ceilings) {
             if value < minimum {
-                return Err(LIMIT_TOO_SMALL.fill(&[name, &shown, &minimum_text, &minimum_text]));
+                return Err(LimitError::TooSmall { limit, value, minimum });
             }
             if value > ceiling {
-                return Err(LIMIT_ABOVE_CEILING.fill(&[name, &shown, &ceiling_text, &ceiling_text]));
+                return Err(LimitError::AboveCeiling { limit, value, ceiling });
             }
         }
         Ok(())
     }
 }
 
+/// Builder-style setters, one per field: `Limits::default().timeout(d).max_log_bytes(n)`.
+macro_rules! setters {
+    ($type:ty { $($(#[$doc:meta])* $field:ident: $value:ty),* $(,)? }) => {
+        impl $type {
+            $(
+                $(#[$doc])*
+                #[must_use]
+                pub fn $field(mut self, $field: $value) -> $type {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+pub(crate) use setters;
+
+setters!(Limits {
+    /// With this wall-clock limit.
+    timeout: Duration,
+    /// With this memory limit, in bytes.
+    memory_limit_bytes: usize,
+    /// With this stack limit, in bytes.
+    stack_limit_bytes: usize,
+    /// With this bound on one call's payload.
+    max_payload_bytes: usize,
+    /// With this bound on the result.
+    max_result_bytes: usize,
+    /// With this bound on the logs.
+    max_log_bytes: usize,
+    /// With this bound on calls in flight.
+    max_calls_in_flight: usize,
+});
+
+/// Why [`Limits::check`] refused a limit. Its Display is the pinned text a request out of
+/// bounds ends with (kind `invalid`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LimitError {
+    /// Below the least an execution runs with ([`Limits::MINIMUMS`]): [`LIMIT_TOO_SMALL`].
+    #[error("{}", LIMIT_TOO_SMALL.fill(&[limit, &value.to_string(), &minimum.to_string()]))]
+    TooSmall {
+        /// The limit's wire name, `memoryLimitBytes` say.
+        limit: &'static str,
+        /// What was asked for (milliseconds for `timeoutMs`).
+        value: u128,
+        /// The least allowed.
+        minimum: u128,
+    },
+    /// Above the executor's ceiling: [`LIMIT_ABOVE_CEILING`].
+    #[error("{}", LIMIT_ABOVE_CEILING.fill(&[limit, &value.to_string(), &ceiling.to_string()]))]
+    AboveCeiling {
+        /// The limit's wire name, `timeoutMs` say.
+        limit: &'static str,
+        /// What was asked for (milliseconds for `timeoutMs`).
+        value: u128,
+        /// The most allowed.
+        ceiling: u128,
+    },
+}
+
 /// The JavaScript engine executions run on.
+///
+/// Every variant exists in every build, so a `match` compiles whatever features are on;
+/// [`EngineKind::BUILT_IN`] says which engines this build has. An executor configured with
+/// an engine not built in refuses each execution (kind `invalid`, [`V8_NOT_BUILT`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum EngineKind {
     /// QuickJS through rquickjs: light, fast to start, the default.
     #[default]
     QuickJs,
-    /// V8 through the `v8` crate (cargo feature `v8`): a JIT for compute-heavy programs.
-    #[cfg(feature = "v8")]
+    /// V8 through the `v8` crate: a JIT for compute-heavy programs. Built in with the
+    /// cargo feature `v8` only.
     V8,
 }
 
@@ -136,32 +207,71 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::QuickJs => "quickjs",
-            #[cfg(feature = "v8")]
             EngineKind::V8 => "v8",
+        }
+    }
+
+    /// Whether this build has the engine ([`EngineKind::BUILT_IN`] holds it).
+    pub fn is_built_in(self) -> bool {
+        EngineKind::BUILT_IN.contains(&self)
+    }
+
+    /// Why an execution on this engine cannot run in this build: the pinned text of the
+    /// outcome, or `None` when the engine is built in.
+    pub(crate) fn not_built_text(self) -> Option<&'static str> {
+        if self.is_built_in() {
+            return None;
+        }
+        match self {
+            EngineKind::V8 => Some(V8_NOT_BUILT),
+            EngineKind::QuickJs => None,
         }
     }
 }
 
 impl std::str::FromStr for EngineKind {
-    type Err = String;
+    type Err = ParseEngineError;
 
-    fn from_str(name: &str) -> Result<EngineKind, String> {
-        EngineKind::BUILT_IN.iter().copied().find(|kind| kind.name() == name).ok_or_else(|| {
-            let known: Vec<&str> = EngineKind::BUILT_IN.iter().map(|kind| kind.name()).collect();
-            if name == "v8" {
-                format!(
-                    "this build has no V8 engine: build with `--features v8`; built in: {}",
-                    known.join(", ")
-                )
-            } else {
-                format!("unknown engine \"{name}\"; built in: {}", known.join(", "))
-            }
+    /// `quickjs`, or `v8` in a build with the feature; an engine this build lacks is
+    /// refused by name.
+    fn from_str(name: &str) -> Result<EngineKind, ParseEngineError> {
+        if let Some(&kind) = EngineKind::BUILT_IN.iter().find(|kind| kind.name() == name) {
+            return Ok(kind);
+        }
+        Err(match name {
+            "v8" => ParseEngineError::NotBuiltIn { engine: EngineKind::V8 },
+            _ => ParseEngineError::Unknown { name: name.to_owned() },
         })
     }
 }
 
+/// Why a name is not an engine of this build ([`EngineKind`]'s `FromStr`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ParseEngineError {
+    /// An engine this executor knows, left out of this build (`v8` without the feature).
+    #[error("this build has no V8 engine: build with `--features v8`; built in: {}", built_in())]
+    NotBuiltIn {
+        /// The engine asked for.
+        engine: EngineKind,
+    },
+    /// No engine has this name.
+    #[error("unknown engine \"{name}\"; built in: {}", built_in())]
+    Unknown {
+        /// The name given.
+        name: String,
+    },
+}
+
+/// The names of the engines built in, for a refusal: `quickjs, v8`.
+fn built_in() -> String {
+    EngineKind::BUILT_IN.iter().map(|kind| kind.name()).collect::<Vec<_>>().join(", ")
+}
+
 /// The command that starts one worker process speaking the wire protocol on stdio.
+/// Made with [`WorkerCommand::new`] (it is `#[non_exhaustive]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WorkerCommand {
     /// The program, usually the `codemode` binary.
     pub program: std::path::PathBuf,
@@ -169,9 +279,25 @@ pub struct WorkerCommand {
     pub args: Vec<String>,
 }
 
+impl WorkerCommand {
+    /// `program` with `args`, usually the `codemode` binary with `["stdio"]`.
+    pub fn new<I, S>(program: impl Into<std::path::PathBuf>, args: I) -> WorkerCommand
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        WorkerCommand { program: program.into(), args: args.into_iter().map(Into::into).collect() }
+    }
+}
+
 /// How the built-in executor runs its executions: in this process ([`crate::Executor`]) or
 /// in worker processes ([`crate::ProcessExecutor`]), each configured by one of these.
+///
+/// Marked `#[non_exhaustive]`: start from [`ExecutorConfig::default`] and set what you
+/// change, as fields (`config.workers = 4;`) or with the setters of the same names
+/// (`ExecutorConfig::default().workers(4).engine(EngineKind::QuickJs)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecutorConfig {
     /// Execution threads kept ready with a blank engine (more start on demand, one per
     /// live execution), or with process isolation, worker processes kept ready; defaults
@@ -212,6 +338,66 @@ impl Default for ExecutorConfig {
             engine: EngineKind::default(),
             confinement: crate::Confinement::default(),
             answer_spin: DEFAULT_ANSWER_SPIN,
+        }
+    }
+}
+
+setters!(ExecutorConfig {
+    /// With this many execution threads (or worker processes) kept ready.
+    workers: usize,
+    /// With these limits for requests that do not override them.
+    limits: Limits,
+    /// With these ceilings on what a request may ask for.
+    ceilings: Limits,
+    /// On this engine.
+    engine: EngineKind,
+    /// With this confinement of process isolation's workers.
+    confinement: crate::Confinement,
+    /// With this wait awake for a call's answer.
+    answer_spin: Duration,
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_limit_out_of_bounds_is_refused_by_kind_with_its_pinned_text() {
+        let ceilings = Limits::default_ceilings();
+        let small = Limits::default().memory_limit_bytes(1024).check(&ceilings).unwrap_err();
+        assert_eq!(small, LimitError::TooSmall { limit: "memoryLimitBytes", value: 1024, minimum: 1 << 20 });
+        assert_eq!(
+            small.to_string(),
+            "The memoryLimitBytes of 1024 is below the minimum of 1048576; ask for at least 1048576."
+        );
+        let long = Limits::default().timeout(Duration::from_secs(3600)).check(&ceilings).unwrap_err();
+        assert_eq!(long, LimitError::AboveCeiling { limit: "timeoutMs", value: 3_600_000, ceiling: 900_000 });
+        assert_eq!(
+            long.to_string(),
+            "The timeoutMs of 3600000 is above this executor's ceiling of 900000; ask for at most 900000."
+        );
+        assert_eq!(Limits::default().check(&ceilings), Ok(()));
+    }
+
+    #[test]
+    fn an_engine_name_parses_as_before() {
+        assert_eq!("quickjs".parse::<EngineKind>(), Ok(EngineKind::QuickJs));
+        let unknown = "spidermonkey".parse::<EngineKind>().unwrap_err();
+        assert!(matches!(unknown, ParseEngineError::Unknown { .. }), "{unknown:?}");
+        assert!(unknown.to_string().starts_with("unknown engine \"spidermonkey\"; built in: quickjs"));
+        assert_eq!(EngineKind::V8.name(), "v8");
+        if cfg!(feature = "v8") {
+            assert_eq!("v8".parse::<EngineKind>(), Ok(EngineKind::V8));
+            assert_eq!(EngineKind::V8.not_built_text(), None);
+        } else {
+            let refused = "v8".parse::<EngineKind>().unwrap_err();
+            assert_eq!(refused, ParseEngineError::NotBuiltIn { engine: EngineKind::V8 });
+            assert_eq!(
+                refused.to_string(),
+                "this build has no V8 engine: build with `--features v8`; built in: quickjs"
+            );
+            assert!(!EngineKind::V8.is_built_in());
+            assert_eq!(EngineKind::V8.not_built_text(), Some(V8_NOT_BUILT));
         }
     }
 }

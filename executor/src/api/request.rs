@@ -292,7 +292,7 @@ impl Request {
     /// each within its minimum and the config's ceiling (`Err` is the refusal's text).
     pub(crate) fn limits(&self, config: &ExecutorConfig) -> Result<Limits, String> {
         let limits = self.limits_over(&config.limits);
-        limits.check(&config.ceilings)?;
+        limits.check(&config.ceilings).map_err(|e| e.to_string())?;
         Ok(limits)
     }
 

@@ -6,7 +6,7 @@ use landlock::{
     RulesetStatus, Scope,
 };
 
-use super::{Confinement, Layers};
+use super::{CheckError, ConfineError, Confinement, Layers};
 
 /// The Landlock ABI whose rights are all handled (this kernel's newest known to the crate
 /// we ship; an older kernel gets what it has, reported as partial).
@@ -19,7 +19,11 @@ const MAX_DESCRIPTORS: u64 = 64;
 /// rule keeps a late lookup working rather than failing).
 const TIMEZONE_PATHS: [&str; 2] = ["/etc/localtime", "/usr/share/zoneinfo"];
 
-pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: bool) -> Result<Layers, String> {
+pub(super) fn prepare(
+    level: Confinement,
+    data_limit_bytes: u64,
+    namespaces: bool,
+) -> Result<Layers, ConfineError> {
     // stacker (deep JSON in the protocol) reads the main thread's stack bounds from
     // /proc/self/maps the first time, and caches them per thread; Landlock closes /proc
     // below, after which it would find no bounds and give every parse on this thread a
@@ -48,7 +52,7 @@ pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: boo
     // After the credential changes above, which would reset both.
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
-        return Err(format!("PR_SET_PDEATHSIG failed: {}", std::io::Error::last_os_error()));
+        return Err(prctl_failed("PR_SET_PDEATHSIG"));
     }
     // The host died before the death signal was set: nobody is left to serve.
     // SAFETY: getppid has no arguments and cannot fail.
@@ -57,11 +61,11 @@ pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: boo
     }
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
-        return Err(format!("PR_SET_DUMPABLE failed: {}", std::io::Error::last_os_error()));
+        return Err(prctl_failed("PR_SET_DUMPABLE"));
     }
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(format!("PR_SET_NO_NEW_PRIVS failed: {}", std::io::Error::last_os_error()));
+        return Err(prctl_failed("PR_SET_NO_NEW_PRIVS"));
     }
     // A kernel without Landlock (older than 5.13, or the LSM not enabled) still gets the
     // seccomp allowlist, which is what `required` demands; the worker reports the layer.
@@ -73,23 +77,28 @@ pub(super) fn prepare(level: Confinement, data_limit_bytes: u64, namespaces: boo
     Ok(layers)
 }
 
+/// The failure of the `prctl` just made.
+fn prctl_failed(option: &'static str) -> ConfineError {
+    ConfineError::Prctl { option, source: std::io::Error::last_os_error() }
+}
+
 /// Every descriptor above stderr closed: nothing the host had open reaches the worker.
-fn close_inherited_descriptors() -> Result<(), String> {
+fn close_inherited_descriptors() -> Result<(), ConfineError> {
     // SAFETY: close_range takes integers; no Rust object owns a descriptor above 2 yet.
     let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
     if closed != 0 {
-        return Err(format!("close_range failed: {}", std::io::Error::last_os_error()));
+        return Err(ConfineError::CloseDescriptors(std::io::Error::last_os_error()));
     }
     Ok(())
 }
 
 /// No core files, no file writes, few descriptors, a data cap above the engines' budget.
-fn limits(data_limit_bytes: u64) -> Result<(), String> {
-    let set = |resource, value: u64, name: &str| {
+fn limits(data_limit_bytes: u64) -> Result<(), ConfineError> {
+    let set = |resource, value: u64, name: &'static str| {
         let limit = libc::rlimit { rlim_cur: value, rlim_max: value };
         // SAFETY: a valid rlimit on the stack, read by the kernel only.
         if unsafe { libc::setrlimit(resource, &limit) } != 0 {
-            return Err(format!("setrlimit({name}) failed: {}", std::io::Error::last_os_error()));
+            return Err(ConfineError::Rlimit { resource: name, source: std::io::Error::last_os_error() });
         }
         Ok(())
     };
@@ -103,7 +112,7 @@ fn limits(data_limit_bytes: u64) -> Result<(), String> {
 /// then effective, permitted and inheritable. `Ok(false)` when the bounding set could not
 /// be emptied (no CAP_SETPCAP, no user namespace): harmless under no-new-privileges, which
 /// keeps an execve from gaining anything, but reported.
-fn drop_capabilities() -> Result<bool, String> {
+fn drop_capabilities() -> Result<bool, ConfineError> {
     let mut bounding_emptied = true;
     for cap in 0..64 {
         // SAFETY: prctl with integer arguments only. EINVAL past the last capability.
@@ -134,7 +143,7 @@ fn drop_capabilities() -> Result<bool, String> {
     let data = [Data { effective: 0, permitted: 0, inheritable: 0 }; 2];
     // SAFETY: capset reads one v3 header and two data words, both live on the stack.
     if unsafe { libc::syscall(libc::SYS_capset, &header, data.as_ptr()) } != 0 {
-        return Err(format!("capset failed: {}", std::io::Error::last_os_error()));
+        return Err(ConfineError::Capabilities(std::io::Error::last_os_error()));
     }
     Ok(bounding_emptied)
 }
@@ -166,32 +175,32 @@ fn landlock() -> Result<bool, String> {
 }
 
 /// The host's check of a worker: every thread under no-new-privs and seccomp filter mode.
-pub(super) fn check(pid: u32) -> Result<(), String> {
+pub(super) fn check(pid: u32) -> Result<(), CheckError> {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map_err(|e| format!("cannot read the threads of worker {pid}: {e}"))?;
+        .map_err(|source| CheckError::Threads { pid, source })?;
     let mut threads = 0;
     for task in tasks {
-        let task = task.map_err(|e| format!("cannot read the threads of worker {pid}: {e}"))?;
+        let task = task.map_err(|source| CheckError::Threads { pid, source })?;
         let status = match std::fs::read_to_string(task.path().join("status")) {
             Ok(status) => status,
             // A thread that ended between the listing and the read has nothing to check.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
                 continue;
             }
-            Err(e) => return Err(format!("cannot read the status of worker {pid}: {e}")),
+            Err(source) => return Err(CheckError::Status { pid, source }),
         };
         let field =
             |name: &str| status.lines().find_map(|line| line.strip_prefix(name)).map(str::trim).unwrap_or("");
         if field("NoNewPrivs:") != "1" {
-            return Err(format!("worker {pid} runs without no-new-privileges"));
+            return Err(CheckError::NoNewPrivileges { pid });
         }
         if field("Seccomp:") != "2" {
-            return Err(format!("worker {pid} runs without its seccomp filter"));
+            return Err(CheckError::NoSeccomp { pid });
         }
         threads += 1;
     }
     if threads == 0 {
-        return Err(format!("worker {pid} has no threads"));
+        return Err(CheckError::NoThreads { pid });
     }
     Ok(())
 }

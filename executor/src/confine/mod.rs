@@ -32,6 +32,7 @@ pub const NAMESPACES_VAR: &str = "CODEMODE_CONFINEMENT_NAMESPACES";
 /// in a configuration file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Confinement {
     /// Every layer the kernel offers; a worker the host does not find under no-new-privs
     /// and a seccomp filter serves nothing, and another operating system refuses to run
@@ -69,18 +70,111 @@ impl Confinement {
 }
 
 impl std::str::FromStr for Confinement {
-    type Err = String;
+    type Err = ParseConfinementError;
 
-    fn from_str(name: &str) -> Result<Confinement, String> {
+    fn from_str(name: &str) -> Result<Confinement, ParseConfinementError> {
         [Confinement::Required, Confinement::BestEffort, Confinement::Off]
             .into_iter()
             .find(|level| level.name() == name)
-            .ok_or_else(|| format!("unknown confinement \"{name}\"; say required, best-effort or off"))
+            .ok_or_else(|| ParseConfinementError { name: name.to_owned() })
     }
 }
 
+/// A name that is no [`Confinement`] level.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown confinement \"{name}\"; say required, best-effort or off")]
+#[non_exhaustive]
+pub struct ParseConfinementError {
+    /// The name given.
+    pub name: String,
+}
+
+/// Why a worker could not lock itself ([`prepare_worker`], [`lock_worker`]). Its Display
+/// says which step failed, with the system's own words.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfineError {
+    /// Closing the descriptors inherited from the host (`close_range`) failed.
+    #[error("close_range failed: {0}")]
+    CloseDescriptors(#[source] std::io::Error),
+    /// A resource limit could not be set.
+    #[error("setrlimit({resource}) failed: {source}")]
+    Rlimit {
+        /// `RLIMIT_CORE`, `RLIMIT_FSIZE`, `RLIMIT_NOFILE` or `RLIMIT_DATA`.
+        resource: &'static str,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The capability sets could not be emptied (`capset`).
+    #[error("capset failed: {0}")]
+    Capabilities(#[source] std::io::Error),
+    /// A `prctl` the lock needs failed.
+    #[error("{option} failed: {source}")]
+    Prctl {
+        /// `PR_SET_PDEATHSIG`, `PR_SET_DUMPABLE` or `PR_SET_NO_NEW_PRIVS`.
+        option: &'static str,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The seccomp allowlist could not be compiled or applied.
+    #[error("seccomp: {0}")]
+    Seccomp(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// Confinement `required` on an operating system without seccomp: the pinned
+    /// `CONFINEMENT_UNAVAILABLE` text.
+    #[error("{}", codemode_protocol::texts::CONFINEMENT_UNAVAILABLE.fill(&[NO_SECCOMP]))]
+    Unavailable,
+}
+
+/// Why the host found a worker not confined ([`check_worker`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CheckError {
+    /// `/proc/<pid>/task` could not be listed.
+    #[error("cannot read the threads of worker {pid}: {source}")]
+    Threads {
+        /// The worker's process id.
+        pid: u32,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A thread's `status` could not be read.
+    #[error("cannot read the status of worker {pid}: {source}")]
+    Status {
+        /// The worker's process id.
+        pid: u32,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A thread runs without no-new-privileges.
+    #[error("worker {pid} runs without no-new-privileges")]
+    NoNewPrivileges {
+        /// The worker's process id.
+        pid: u32,
+    },
+    /// A thread runs without the seccomp filter.
+    #[error("worker {pid} runs without its seccomp filter")]
+    NoSeccomp {
+        /// The worker's process id.
+        pid: u32,
+    },
+    /// The worker has no threads left (it ended).
+    #[error("worker {pid} has no threads")]
+    NoThreads {
+        /// The worker's process id.
+        pid: u32,
+    },
+}
+
+/// The `why` of `CONFINEMENT_UNAVAILABLE` on an operating system other than Linux.
+const NO_SECCOMP: &str = "this operating system has no seccomp";
+
 /// The layers a worker holds after [`prepare_worker`] and [`lock_worker`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Layers {
     /// New user, network, IPC and UTS namespaces.
     pub namespaces: bool,
@@ -117,7 +211,7 @@ pub fn requested_level() -> Confinement {
 /// Init, the first half: call while the process has one thread, before any runtime or
 /// engine starts. `data_limit_bytes` caps the data segment (above any engine limit).
 /// `Err` at [`Confinement::Required`] when a step that must hold failed.
-pub fn prepare_worker(level: Confinement, data_limit_bytes: u64) -> Result<Layers, String> {
+pub fn prepare_worker(level: Confinement, data_limit_bytes: u64) -> Result<Layers, ConfineError> {
     if !level.confines() {
         return Ok(Layers::default());
     }
@@ -130,7 +224,7 @@ pub fn prepare_worker(level: Confinement, data_limit_bytes: u64) -> Result<Layer
     {
         let _ = data_limit_bytes;
         match level {
-            Confinement::Required => Err(unavailable()),
+            Confinement::Required => Err(ConfineError::Unavailable),
             _ => Ok(Layers::default()),
         }
     }
@@ -138,7 +232,7 @@ pub fn prepare_worker(level: Confinement, data_limit_bytes: u64) -> Result<Layer
 
 /// Lock, the second half: call once the runtime and engines have started and warmed up,
 /// before answering the hello. Applies the seccomp allowlist to every thread.
-pub fn lock_worker(level: Confinement, mut layers: Layers) -> Result<Layers, String> {
+pub fn lock_worker(level: Confinement, mut layers: Layers) -> Result<Layers, ConfineError> {
     if !level.confines() {
         return Ok(layers);
     }
@@ -151,7 +245,7 @@ pub fn lock_worker(level: Confinement, mut layers: Layers) -> Result<Layers, Str
     #[cfg(not(target_os = "linux"))]
     {
         match level {
-            Confinement::Required => Err(unavailable()),
+            Confinement::Required => Err(ConfineError::Unavailable),
             _ => Ok(layers),
         }
     }
@@ -160,13 +254,13 @@ pub fn lock_worker(level: Confinement, mut layers: Layers) -> Result<Layers, Str
 /// Why confinement cannot hold on this operating system.
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn unavailable() -> String {
-    codemode_protocol::texts::CONFINEMENT_UNAVAILABLE.fill(&["this operating system has no seccomp"])
+    ConfineError::Unavailable.to_string()
 }
 
 /// What the host reads of a worker from `/proc`: `Err` with why it is not confined
 /// (no-new-privs or the seccomp filter missing on one of its threads).
 #[cfg(target_os = "linux")]
-pub fn check_worker(pid: u32) -> Result<(), String> {
+pub fn check_worker(pid: u32) -> Result<(), CheckError> {
     linux::check(pid)
 }
 
@@ -182,4 +276,44 @@ pub(crate) fn killed_by_seccomp(status: &std::process::ExitStatus) -> bool {
 #[cfg(target_os = "linux")]
 pub fn seccomp_allowlist() -> Vec<(&'static str, &'static str)> {
     seccomp::allowlist().into_iter().map(|entry| (entry.name.trim_start_matches("SYS_"), entry.why)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_level_is_refused_by_name() {
+        let refused = "strict".parse::<Confinement>().unwrap_err();
+        assert_eq!(refused, ParseConfinementError { name: "strict".to_owned() });
+        assert_eq!(refused.to_string(), "unknown confinement \"strict\"; say required, best-effort or off");
+        assert_eq!("best-effort".parse::<Confinement>(), Ok(Confinement::BestEffort));
+    }
+
+    /// The host's check says why a process is not confined: this test process has no
+    /// no-new-privileges or no seccomp filter, and a process that does not exist has no
+    /// threads to read.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_check_says_what_it_found_by_kind() {
+        let me = std::process::id();
+        // Under a container that sets both itself, this process passes: nothing to see.
+        if let Err(found) = check_worker(me) {
+            assert!(
+                matches!(found, CheckError::NoNewPrivileges { pid } | CheckError::NoSeccomp { pid } if pid == me),
+                "{found:?}"
+            );
+        }
+        let gone = check_worker(u32::MAX).unwrap_err();
+        assert!(matches!(&gone, CheckError::Threads { pid: u32::MAX, .. }), "{gone:?}");
+        assert!(gone.to_string().starts_with(&format!("cannot read the threads of worker {}: ", u32::MAX)));
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    #[test]
+    fn required_confinement_elsewhere_is_unavailable() {
+        let refused = prepare_worker(Confinement::Required, 0).unwrap_err();
+        assert!(matches!(refused, ConfineError::Unavailable), "{refused:?}");
+        assert_eq!(refused.to_string(), unavailable());
+    }
 }

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeMap;
 
+use super::ConfineError;
+
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule,
     TargetArch,
@@ -137,20 +139,23 @@ pub(crate) const FILE_LOOKUPS: [i64; 11] = [
     libc::SYS_readlinkat,
 ];
 
-fn arch() -> Result<TargetArch, String> {
-    std::env::consts::ARCH.try_into().map_err(|e| format!("seccomp: {e}"))
+/// seccompiler's error, whichever of its types: the source of [`ConfineError::Seccomp`].
+type Failure = Box<dyn std::error::Error + Send + Sync>;
+
+fn arch() -> Result<TargetArch, Failure> {
+    Ok(std::env::consts::ARCH.try_into()?)
 }
 
-fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
-    SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value).map_err(|e| format!("seccomp: {e}"))
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Failure> {
+    Ok(SeccompCondition::new(arg, SeccompCmpArgLen::Qword, op, value)?)
 }
 
-fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
-    SeccompRule::new(conditions).map_err(|e| format!("seccomp: {e}"))
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, Failure> {
+    Ok(SeccompRule::new(conditions)?)
 }
 
 /// The rules of one entry: any of them matching allows the call.
-fn rules(entry: &Entry, pid: u64) -> Result<Vec<SeccompRule>, String> {
+fn rules(entry: &Entry, pid: u64) -> Result<Vec<SeccompRule>, Failure> {
     use SeccompCmpOp::{Eq, MaskedEq};
     Ok(match entry.rule {
         Rule::Any => Vec::new(),
@@ -191,14 +196,12 @@ fn program(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     mismatch: SeccompAction,
     matched: SeccompAction,
-) -> Result<BpfProgram, String> {
-    SeccompFilter::new(rules, mismatch, matched, arch()?)
-        .and_then(BpfProgram::try_from)
-        .map_err(|e| format!("seccomp: {e}"))
+) -> Result<BpfProgram, Failure> {
+    Ok(SeccompFilter::new(rules, mismatch, matched, arch()?).and_then(BpfProgram::try_from)?)
 }
 
 /// The three filters, in the order they are applied.
-pub(crate) fn filters() -> Result<[BpfProgram; 3], String> {
+pub(crate) fn filters() -> Result<[BpfProgram; 3], Failure> {
     // SAFETY: getpid has no arguments and cannot fail.
     let pid = unsafe { libc::getpid() } as u64;
     let mut allowed: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -215,9 +218,9 @@ pub(crate) fn filters() -> Result<[BpfProgram; 3], String> {
 }
 
 /// The filters on every thread of the process, at once.
-pub(super) fn apply() -> Result<(), String> {
-    for filter in filters()? {
-        seccompiler::apply_filter_all_threads(&filter).map_err(|e| format!("seccomp: {e}"))?;
+pub(super) fn apply() -> Result<(), ConfineError> {
+    for filter in filters().map_err(ConfineError::Seccomp)? {
+        seccompiler::apply_filter_all_threads(&filter).map_err(|e| ConfineError::Seccomp(e.into()))?;
     }
     Ok(())
 }

@@ -55,6 +55,10 @@ impl Executor {
             EngineKind::QuickJs => Pool::new::<QuickJs>(keep, &config.limits),
             #[cfg(feature = "v8")]
             EngineKind::V8 => Pool::new::<crate::engine::v8::V8>(keep, &config.limits),
+            // Not built in: `Executor::run` refuses every execution with V8_NOT_BUILT, so
+            // the pool (the least one: a thread) never runs a program.
+            #[cfg(not(feature = "v8"))]
+            EngineKind::V8 => Pool::new::<QuickJs>(1, &config.limits),
         };
         // The CPUs this process may use, read once, here rather than in an execution.
         crate::runtime::cpus();
@@ -119,6 +123,10 @@ impl Executor {
         let (mut request, _end) = request.open();
         let (watcher, delivery) = request.watch();
         let started = Instant::now();
+        // An engine this build lacks refuses every execution.
+        if let Some(refusal) = self.inner.config.engine.not_built_text() {
+            return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None);
+        }
         let limits = match request.limits(&self.inner.config) {
             Ok(limits) => limits,
             Err(refusal) => return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None),

@@ -50,8 +50,10 @@ const INSTRUCTIONS: &str = "One tool, `execute`: it runs a JavaScript program in
      them, computes, and returns the answer.";
 
 /// The limits of a server: each execution's, over the executor's defaults, and how many
-/// run at once.
+/// run at once. It is `#[non_exhaustive]`: start from [`ServeLimits::default`] and set
+/// fields, or chain the setters of the same names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ServeLimits {
     /// The wall-clock limit of one execution.
     pub timeout: Option<Duration>,
@@ -66,6 +68,45 @@ impl Default for ServeLimits {
     fn default() -> ServeLimits {
         ServeLimits { timeout: None, memory_limit_bytes: None, max_executions: DEFAULT_MAX_EXECUTIONS }
     }
+}
+
+crate::api::config::setters!(ServeLimits {
+    /// With this wall-clock limit for each execution.
+    timeout: Option<Duration>,
+    /// With this memory limit for each execution.
+    memory_limit_bytes: Option<usize>,
+    /// With this bound on executions at once.
+    max_executions: usize,
+});
+
+/// Why a [`CodeModeServer`] could not be made, or stopped serving.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum McpServeError {
+    /// A limit of [`ServeLimits`] is out of the executor's bounds.
+    #[error("{0}")]
+    Limit(#[source] crate::LimitError),
+    /// [`ServeLimits::max_executions`] is 0.
+    #[error("the server's maximum of executions at once must be at least 1")]
+    NoExecutions,
+    /// The client's MCP initialization failed (stdio). Boxed: rmcp's error is large.
+    #[error("the MCP client's initialization failed: {0}")]
+    Initialize(#[source] Box<rmcp::service::ServerInitializeError>),
+    /// The session's task ended abnormally (stdio).
+    #[error("the MCP session ended abnormally: {0}")]
+    Session(#[source] tokio::task::JoinError),
+    /// The listener's address could not be read (HTTP).
+    #[error("cannot read the bound address: {0}")]
+    LocalAddress(#[source] std::io::Error),
+    /// The HTTP server failed.
+    #[error("the HTTP server on {address} failed: {source}")]
+    Http {
+        /// The address served.
+        address: std::net::SocketAddr,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// [`ServeLimits::max_executions`] unless set: each execution is a thread and an engine
@@ -93,23 +134,23 @@ struct Inner {
 }
 
 impl CodeModeServer {
-    /// A server running each call on `executor` with `toolbox`'s providers. `Err` is the
-    /// text of a limit out of the executor's bounds, found now rather than at every call.
+    /// A server running each call on `executor` with `toolbox`'s providers. `Err` says which
+    /// limit is out of the executor's bounds, found now rather than at every call.
     pub fn new(
         executor: impl Execute + 'static,
         toolbox: Toolbox,
         limits: ServeLimits,
-    ) -> Result<CodeModeServer, String> {
+    ) -> Result<CodeModeServer, McpServeError> {
         let profile = executor.profile();
         let effective = Limits {
             timeout: limits.timeout.unwrap_or(profile.limits.timeout),
             memory_limit_bytes: limits.memory_limit_bytes.unwrap_or(profile.limits.memory_limit_bytes),
             ..profile.limits.clone()
         };
-        effective.check(&profile.ceilings)?;
+        effective.check(&profile.ceilings).map_err(McpServeError::Limit)?;
         let executor: Arc<dyn Execute> = Arc::new(executor);
         if limits.max_executions == 0 {
-            return Err("the server's maximum of executions at once must be at least 1".to_owned());
+            return Err(McpServeError::NoExecutions);
         }
         let running = Arc::new(tokio::sync::Semaphore::new(
             limits.max_executions.min(tokio::sync::Semaphore::MAX_PERMITS),
@@ -150,11 +191,11 @@ impl CodeModeServer {
 
     /// Serve one client on stdin and stdout until it closes them. Nothing else may write
     /// to stdout meanwhile: it carries the protocol.
-    pub async fn serve_stdio(self) -> Result<(), String> {
+    pub async fn serve_stdio(self) -> Result<(), McpServeError> {
         let running = rmcp::serve_server(self, rmcp::transport::io::stdio_pipes())
             .await
-            .map_err(|e| format!("the MCP client's initialization failed: {e}"))?;
-        running.waiting().await.map(drop).map_err(|e| format!("the MCP session ended abnormally: {e}"))
+            .map_err(|e| McpServeError::Initialize(Box::new(e)))?;
+        running.waiting().await.map(drop).map_err(McpServeError::Session)
     }
 
     /// Serve streamable HTTP on `listener` at [`HTTP_PATH`], each client in a session of
@@ -164,8 +205,8 @@ impl CodeModeServer {
     /// (rmcp's guard against DNS rebinding: a web page must not reach a local server
     /// through a name it controls). On any other address the caller has chosen to expose
     /// the server, and every `Host` is taken.
-    pub async fn serve_http(self, listener: tokio::net::TcpListener) -> Result<(), String> {
-        let local = listener.local_addr().map_err(|e| format!("cannot read the bound address: {e}"))?;
+    pub async fn serve_http(self, listener: tokio::net::TcpListener) -> Result<(), McpServeError> {
+        let local = listener.local_addr().map_err(McpServeError::LocalAddress)?;
         let mut config = StreamableHttpServerConfig::default();
         if !local.ip().is_loopback() {
             config = config.disable_allowed_hosts();
@@ -176,7 +217,7 @@ impl CodeModeServer {
             config,
         );
         let router = axum::Router::new().route_service(HTTP_PATH, service);
-        axum::serve(listener, router).await.map_err(|e| format!("the HTTP server on {local} failed: {e}"))
+        axum::serve(listener, router).await.map_err(|source| McpServeError::Http { address: local, source })
     }
 }
 

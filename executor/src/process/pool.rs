@@ -262,7 +262,7 @@ impl PoolShared {
     fn check_confined(&self, child: &Child) -> Result<(), String> {
         #[cfg(target_os = "linux")]
         let found = match child.id() {
-            Some(pid) => confine::check_worker(pid),
+            Some(pid) => confine::check_worker(pid).map_err(|e| e.to_string()),
             None => Err("the worker process has already ended".to_owned()),
         };
         #[cfg(not(target_os = "linux"))]

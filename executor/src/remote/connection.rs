@@ -10,8 +10,9 @@ use std::time::Duration;
 use codemode_protocol::wire::{Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, ProtocolErrorKind};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::service::daemon::Address;
+use super::ConnectError;
 use crate::service::tls::Connector;
+use crate::wire::address::Address;
 use crate::wire::client::{HelloError, MAX_QUEUED_BYTES, Session, SessionOptions};
 use crate::wire::framing::QuietStream;
 
@@ -30,8 +31,8 @@ pub(super) struct Target {
 /// Why a connection could not be made.
 enum OpenError {
     /// The daemon refused the hello for its version.
-    Version(String),
-    Other(String),
+    Version(ConnectError),
+    Other(ConnectError),
 }
 
 impl Target {
@@ -39,7 +40,7 @@ impl Target {
         address: Address,
         token: Option<String>,
         tls: Option<Connector>,
-        options: &crate::service::daemon::RemoteOptions,
+        options: &super::RemoteOptions,
     ) -> Target {
         Target {
             address,
@@ -54,7 +55,7 @@ impl Target {
 
     /// A new session, its hello answered. A daemon older than this client refuses the
     /// newest version's hello; the client then says the oldest, once, and remembers.
-    pub(super) async fn open(&self) -> Result<Arc<Session>, String> {
+    pub(super) async fn open(&self) -> Result<Arc<Session>, ConnectError> {
         let version = self.version.load(Ordering::Relaxed);
         match self.open_as(version).await {
             Ok(session) => Ok(session),
@@ -72,24 +73,28 @@ impl Target {
         let connecting = async {
             match &self.address {
                 Address::Unix(path) => {
-                    let stream =
-                        tokio::net::UnixStream::connect(path).await.and_then(QuietStream::unix).map_err(
-                            |e| OpenError::Other(format!("cannot connect to {}: {e}", path.display())),
-                        )?;
+                    let stream = tokio::net::UnixStream::connect(path)
+                        .await
+                        .and_then(QuietStream::unix)
+                        .map_err(|e| {
+                            OpenError::Other(unreachable(format!(
+                                "cannot connect to {}: {e}",
+                                path.display()
+                            )))
+                        })?;
                     self.start(stream, version).await
                 }
                 Address::Tcp(host) => {
-                    let stream = tokio::net::TcpStream::connect(host)
-                        .await
-                        .map_err(|e| OpenError::Other(format!("cannot connect to {host}: {e}")))?;
+                    let stream = tokio::net::TcpStream::connect(host).await.map_err(|e| {
+                        OpenError::Other(unreachable(format!("cannot connect to {host}: {e}")))
+                    })?;
                     let _ = stream.set_nodelay(true);
                     match &self.tls {
                         None => self.start(stream, version).await,
                         Some(connector) => {
-                            let stream = connector
-                                .connect(stream)
-                                .await
-                                .map_err(|e| OpenError::Other(format!("TLS with {host} failed: {e}")))?;
+                            let stream = connector.connect(stream).await.map_err(|e| {
+                                OpenError::Other(unreachable(format!("TLS with {host} failed: {e}")))
+                            })?;
                             self.start(stream, version).await
                         }
                     }
@@ -97,11 +102,11 @@ impl Target {
             }
         };
         tokio::time::timeout(self.connect_timeout, connecting).await.unwrap_or_else(|_| {
-            Err(OpenError::Other(format!(
+            Err(OpenError::Other(unreachable(format!(
                 "no answer from the daemon at {} within {} ms",
                 self.address,
                 self.connect_timeout.as_millis()
-            )))
+            ))))
         })
     }
 
@@ -118,18 +123,24 @@ impl Target {
         };
         Session::start(read, write, hello, options).await.map_err(|problem| match problem {
             HelloError::Refused { kind, message } => {
-                let text = format!("the daemon refused the connection: {message}");
+                let refused = ConnectError::Refused { kind, message };
                 if kind == ProtocolErrorKind::Hello {
-                    OpenError::Version(text)
+                    OpenError::Version(refused)
                 } else {
-                    OpenError::Other(text)
+                    OpenError::Other(refused)
                 }
             }
-            HelloError::Write(problem) => OpenError::Other(format!("the hello failed: {problem}")),
-            HelloError::Closed | HelloError::Unexpected(_) => {
-                OpenError::Other("the daemon closed the connection without a hello".to_owned())
+            HelloError::Write(problem) => {
+                OpenError::Other(unreachable(format!("the hello failed: {problem}")))
             }
-            HelloError::Frame(problem) => OpenError::Other(problem.to_string()),
+            HelloError::Closed | HelloError::Unexpected(_) => {
+                OpenError::Other(unreachable("the daemon closed the connection without a hello".to_owned()))
+            }
+            HelloError::Frame(problem) => OpenError::Other(unreachable(problem.to_string())),
         })
     }
+}
+
+fn unreachable(text: String) -> ConnectError {
+    ConnectError::Unreachable(text)
 }

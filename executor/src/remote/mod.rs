@@ -22,6 +22,7 @@
 //! sent again once on a new connection.
 
 mod connection;
+mod options;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -37,9 +38,10 @@ use crate::api::config::Limits;
 use crate::api::execute::{Execute, ExecuteFuture, RetainFuture, RetainedExecution};
 use crate::api::request::Request;
 use crate::api::watch::{self, Logs, WireEvents};
-use crate::service::daemon::{Address, RemoteOptions, RemoteTls};
 use crate::service::tls::Connector;
+use crate::service::tls::RemoteTls;
 use crate::sync::lock;
+use crate::wire::address::{Address, ParseAddressError};
 use crate::wire::client::admit::Admission;
 use crate::wire::client::{Ended, Handlers, ReleaseOnDrop, Session};
 use crate::wire::framing::encode_frame;
@@ -52,6 +54,59 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// How long a daemon that could not be reached takes no new work while others can.
 const UNREACHABLE_PAUSE: Duration = Duration::from_secs(1);
+
+pub use self::options::{CONNECT_TIMEOUT, KEEPALIVE, RemoteOptions};
+
+/// Why a [`RemoteExecutor`] could not connect; its Display says what to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// An address is neither `unix:` nor `tcp:`.
+    #[error(transparent)]
+    Address(#[from] ParseAddressError),
+    /// TLS was asked for a Unix socket.
+    #[error("TLS is for tcp:HOST:PORT addresses")]
+    TlsOnUnix,
+    /// The TLS files do not make a configuration, or TLS is not built in.
+    #[error("{0}")]
+    Tls(String),
+    /// A fleet of no address.
+    #[error("no daemon to connect to: give at least one address")]
+    NoAddress,
+    /// A name of [`Endpoints::Dns`] did not resolve.
+    #[error("cannot resolve {name}: {reason}")]
+    Resolve {
+        /// The name.
+        name: String,
+        /// What the resolver said.
+        reason: String,
+    },
+    /// A name of [`Endpoints::Dns`] resolved to no address.
+    #[error("{name} resolves to no address")]
+    ResolvesToNothing {
+        /// The name.
+        name: String,
+    },
+    /// The daemon answered the hello with a refusal (a wrong or missing token, its maximum
+    /// of connections, a version it does not speak).
+    #[error("the daemon refused the connection: {message}")]
+    Refused {
+        /// The kind of the daemon's error frame.
+        kind: codemode_protocol::wire::ProtocolErrorKind,
+        /// Its message.
+        message: String,
+    },
+    /// The daemon could not be reached, or broke off before its hello.
+    #[error("{0}")]
+    Unreachable(String),
+    /// No daemon of a fleet could be reached: why, for each.
+    #[error("no daemon could be reached: {}", join(.0))]
+    NoneReachable(Vec<ConnectError>),
+}
+
+fn join(problems: &[ConnectError]) -> String {
+    problems.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+}
 
 /// Where a client's daemons are.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +146,7 @@ struct Remote {
     target: Target,
     current: Mutex<Option<Arc<Session>>>,
     /// Held while connecting; the last failure, so executes that waited share it.
-    reconnecting: tokio::sync::Mutex<Option<(Instant, String)>>,
+    reconnecting: tokio::sync::Mutex<Option<(Instant, ConnectError)>>,
     next_execution: AtomicU64,
     in_flight: AtomicUsize,
     sent: AtomicU64,
@@ -124,7 +179,7 @@ impl Remote {
 
     /// The open connection, made again if it was lost or drained. Executes waiting while
     /// another makes it share that attempt, its failure included.
-    async fn connection(&self) -> Result<Arc<Session>, String> {
+    async fn connection(&self) -> Result<Arc<Session>, ConnectError> {
         let usable = |c: &Option<Arc<Session>>| c.as_ref().filter(|c| c.is_usable()).cloned();
         if let Some(connection) = usable(&lock(&self.current)) {
             return Ok(connection);
@@ -259,7 +314,7 @@ pub struct RemoteExecutor {
 impl RemoteExecutor {
     /// Connect to a daemon at `unix:/path` or `tcp:HOST:PORT` (plain TCP: loopback only),
     /// presenting `token` in the hello.
-    pub async fn connect(address: &str, token: Option<&str>) -> Result<RemoteExecutor, String> {
+    pub async fn connect(address: &str, token: Option<&str>) -> Result<RemoteExecutor, ConnectError> {
         let options = RemoteOptions { token: token.map(str::to_owned), ..RemoteOptions::default() };
         RemoteExecutor::connect_with(address, options).await
     }
@@ -271,7 +326,7 @@ impl RemoteExecutor {
         token: Option<&str>,
         ca: &Path,
         server_name: &str,
-    ) -> Result<RemoteExecutor, String> {
+    ) -> Result<RemoteExecutor, ConnectError> {
         let tls = RemoteTls { ca: ca.to_owned(), server_name: server_name.to_owned() };
         let options =
             RemoteOptions { token: token.map(str::to_owned), tls: Some(tls), ..RemoteOptions::default() };
@@ -280,7 +335,7 @@ impl RemoteExecutor {
 
     /// Connect to one daemon as `options` say; the same settings serve every later
     /// connection. Fails if this first connection does.
-    pub async fn connect_with(address: &str, options: RemoteOptions) -> Result<RemoteExecutor, String> {
+    pub async fn connect_with(address: &str, options: RemoteOptions) -> Result<RemoteExecutor, ConnectError> {
         let address = address.parse::<Address>()?;
         let fleet = fleet(options, std::slice::from_ref(&address))?;
         let target = fleet.target(address);
@@ -294,7 +349,7 @@ impl RemoteExecutor {
     pub async fn connect_fleet(
         endpoints: Endpoints,
         options: RemoteOptions,
-    ) -> Result<RemoteExecutor, String> {
+    ) -> Result<RemoteExecutor, ConnectError> {
         let (addresses, resolver) = match &endpoints {
             Endpoints::Static(list) => {
                 let addresses = list.iter().map(|a| a.parse::<Address>()).collect::<Result<Vec<_>, _>>()?;
@@ -305,7 +360,7 @@ impl RemoteExecutor {
             }
         };
         if addresses.is_empty() {
-            return Err("no daemon to connect to: give at least one address".to_owned());
+            return Err(ConnectError::NoAddress);
         }
         let fleet = Arc::new(fleet(options, &addresses)?);
         fleet.resolved(&addresses);
@@ -315,9 +370,9 @@ impl RemoteExecutor {
             let remote = remote.clone();
             connecting.spawn(async move { remote.connection().await.err() });
         }
-        let problems: Vec<String> = connecting.join_all().await.into_iter().flatten().collect();
+        let problems: Vec<ConnectError> = connecting.join_all().await.into_iter().flatten().collect();
         if problems.len() == remotes.len() {
-            return Err(format!("no daemon could be reached: {}", problems.join("; ")));
+            return Err(ConnectError::NoneReachable(problems));
         }
         if let Some((name, port, every)) = resolver {
             tokio::spawn(resolve_again(Arc::downgrade(&fleet), name, port, every));
@@ -383,7 +438,7 @@ impl RemoteExecutor {
             let connection = match remote.connection().await {
                 Ok(connection) => connection,
                 Err(problem) => {
-                    let text = texts::DAEMON_UNREACHABLE.fill(&[&problem]);
+                    let text = texts::DAEMON_UNREACHABLE.fill(&[&problem.to_string()]);
                     failure = Some(Outcome::failure(OutcomeKind::Internal, text, Vec::new()));
                     tried.push(remote);
                     continue;
@@ -453,25 +508,26 @@ impl Execute for RemoteExecutor {
     }
 }
 
-fn fleet(options: RemoteOptions, addresses: &[Address]) -> Result<Fleet, String> {
+fn fleet(options: RemoteOptions, addresses: &[Address]) -> Result<Fleet, ConnectError> {
     let tls = match &options.tls {
         None => None,
         Some(_) if addresses.iter().any(|a| matches!(a, Address::Unix(_))) => {
-            return Err("TLS is for tcp:HOST:PORT addresses".to_owned());
+            return Err(ConnectError::TlsOnUnix);
         }
-        Some(tls) => Some(Connector::new(tls)?),
+        Some(tls) => Some(Connector::new(tls).map_err(|e| ConnectError::Tls(e.to_string()))?),
     };
     Ok(Fleet { remotes: Mutex::new(Vec::new()), token: options.token.clone(), tls, options })
 }
 
 /// Every address of `name` at `port`, as `tcp:` addresses.
-async fn resolve(name: &str, port: u16) -> Result<Vec<Address>, String> {
-    let found =
-        tokio::net::lookup_host((name, port)).await.map_err(|e| format!("cannot resolve {name}: {e}"))?;
+async fn resolve(name: &str, port: u16) -> Result<Vec<Address>, ConnectError> {
+    let found = tokio::net::lookup_host((name, port))
+        .await
+        .map_err(|e| ConnectError::Resolve { name: name.to_owned(), reason: e.to_string() })?;
     let mut addresses: Vec<Address> = found.map(|a| Address::Tcp(a.to_string())).collect();
     addresses.dedup();
     if addresses.is_empty() {
-        return Err(format!("{name} resolves to no address"));
+        return Err(ConnectError::ResolvesToNothing { name: name.to_owned() });
     }
     Ok(addresses)
 }
@@ -485,7 +541,7 @@ async fn resolve_again(fleet: Weak<Fleet>, name: String, port: u16, every: Durat
         let Some(fleet) = fleet.upgrade() else { return };
         match resolved {
             Ok(addresses) => fleet.resolved(&addresses),
-            Err(problem) => tracing::warn!(error = problem, "resolving the daemons again failed"),
+            Err(problem) => tracing::warn!(error = %problem, "resolving the daemons again failed"),
         }
     }
 }

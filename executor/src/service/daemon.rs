@@ -22,9 +22,11 @@ use codemode_protocol::texts;
 use codemode_protocol::wire::{ProtocolError, ProtocolErrorKind, ServerMessage};
 
 use crate::Execute;
+pub use crate::remote::{CONNECT_TIMEOUT, KEEPALIVE, RemoteOptions};
 use crate::service::tls::Acceptor as TlsAcceptor;
 pub use crate::service::tls::{RemoteTls, TlsFiles};
 use crate::sync::lock;
+pub use crate::wire::address::{Address, ParseAddressError};
 use crate::wire::framing::QuietStream;
 use crate::wire::server::{self, ServeOptions, SharedExecutions};
 
@@ -45,40 +47,91 @@ pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 /// The longest pause after failed accepts (the pause doubles up to it).
 pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
-/// Where a daemon listens, or a client connects: `unix:/path/to.sock` or `tcp:HOST:PORT`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Address {
-    /// A Unix socket at this path.
-    Unix(PathBuf),
-    /// A TCP address, `HOST:PORT`.
-    Tcp(String),
+/// Why [`Daemon::bind`] refused a configuration or could not listen. Its Display says
+/// what to change; the variant says which of these it is.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BindError {
+    /// [`DaemonConfig::max_frame_bytes`] is below [`MIN_FRAME_BYTES`].
+    #[error(
+        "the maximum frame of {max_frame_bytes} bytes is below the least a daemon serves with, {MIN_FRAME_BYTES} bytes"
+    )]
+    FrameTooSmall {
+        /// The bound given.
+        max_frame_bytes: usize,
+    },
+    /// TCP without a token.
+    #[error("a TCP daemon requires a token: give --token-file")]
+    TokenRequired,
+    /// Plain TCP on an address that is not loopback: TLS is needed there.
+    #[error(
+        "plain TCP is accepted only on a loopback address, and {address} is not one: give --tls-cert and --tls-key"
+    )]
+    PlainTcpNotLoopback {
+        /// The address bound.
+        address: SocketAddr,
+    },
+    /// The TLS files do not make a configuration, or TLS is not built in.
+    #[error("{0}")]
+    Tls(#[source] crate::service::tls::TlsError),
+    /// Another socket holds the address.
+    #[error("cannot listen on {address}: {source}")]
+    AddressInUse {
+        /// The address as given (a Unix socket's path, `HOST:PORT`).
+        address: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Listening failed otherwise: a host name that does not resolve, a directory that
+    /// does not exist, no permission.
+    #[error("cannot listen on {address}: {source}")]
+    Listen {
+        /// The address as given (a Unix socket's path, `HOST:PORT`).
+        address: String,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bound TCP address could not be read back.
+    #[error("{0}")]
+    LocalAddress(#[source] std::io::Error),
+    /// The Unix socket could not be restricted to its owner.
+    #[error("cannot restrict the socket {} to its owner: {source}", path.display())]
+    Restrict {
+        /// The socket's path.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The Unix socket, bound under a temporary name, could not be moved into place.
+    #[error("cannot move the socket to {}: {source}", path.display())]
+    Move {
+        /// The socket's path.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-impl std::str::FromStr for Address {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Address, String> {
-        if let Some(path) = text.strip_prefix("unix:") {
-            return Ok(Address::Unix(PathBuf::from(path)));
+impl BindError {
+    /// Listening on `address` failed: in use, or otherwise.
+    fn listen(address: String, source: std::io::Error) -> BindError {
+        if source.kind() == std::io::ErrorKind::AddrInUse {
+            BindError::AddressInUse { address, source }
+        } else {
+            BindError::Listen { address, source }
         }
-        if let Some(host) = text.strip_prefix("tcp:") {
-            return Ok(Address::Tcp(host.to_owned()));
-        }
-        Err(format!("{text:?} is not an address: write unix:/path/to.sock or tcp:HOST:PORT"))
     }
 }
 
-impl std::fmt::Display for Address {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Address::Unix(path) => write!(f, "unix:{}", path.display()),
-            Address::Tcp(host) => write!(f, "tcp:{host}"),
-        }
-    }
-}
-
-/// How a daemon runs.
+/// How a daemon runs. Made with [`DaemonConfig::new`] (it is `#[non_exhaustive]`), then
+/// fields set or the setters of the same names chained:
+/// `DaemonConfig::new(listen).token(Some(token)).max_frame_bytes(8 << 20)`.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct DaemonConfig {
     /// Where it listens.
     pub listen: Address,
@@ -107,8 +160,11 @@ impl DaemonConfig {
 }
 
 /// What a daemon holds for its clients: the bounds that keep any client from growing or
-/// stopping it. [`Default`] gives the documented defaults.
+/// stopping it. [`Default`] gives the documented defaults; it is `#[non_exhaustive]`, so
+/// set fields on it or chain the setters of the same names
+/// (`DaemonLimits::default().max_connections(64)`).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct DaemonLimits {
     /// Connections open at once, from accept to close, authenticated or not. Past it a new
     /// connection gets an error frame of kind `tooManyConnections` and is closed at once
@@ -141,6 +197,36 @@ pub struct DaemonLimits {
     pub send_timeout: Duration,
 }
 
+crate::api::config::setters!(DaemonConfig {
+    /// Listening on this address.
+    listen: Address,
+    /// With this token (required on TCP).
+    token: Option<String>,
+    /// With this TLS (for TCP).
+    tls: Option<TlsFiles>,
+    /// With this bound on executions live per connection.
+    max_executions: usize,
+    /// With this largest frame.
+    max_frame_bytes: usize,
+});
+
+crate::api::config::setters!(DaemonLimits {
+    /// With this bound on connections open at once.
+    max_connections: usize,
+    /// With this bound on executions live across all connections.
+    max_live_executions: usize,
+    /// With this largest hello.
+    max_hello_bytes: usize,
+    /// With this time from accept to a complete hello.
+    hello_timeout: Duration,
+    /// With this idle time before a connection is closed.
+    idle_timeout: Duration,
+    /// With this bound on bytes queued for one client.
+    max_queued_bytes: usize,
+    /// With this time an outcome waits for a client that reads nothing.
+    send_timeout: Duration,
+});
+
 impl Default for DaemonLimits {
     fn default() -> DaemonLimits {
         DaemonLimits {
@@ -151,43 +237,6 @@ impl Default for DaemonLimits {
             idle_timeout: server::IDLE_TIMEOUT,
             max_queued_bytes: server::MAX_QUEUED_BYTES,
             send_timeout: server::SEND_TIMEOUT,
-        }
-    }
-}
-
-/// How long a client's connecting may take by default: the socket, TLS and the hello.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How a [`crate::RemoteExecutor`] reaches its daemon, kept to connect again.
-#[derive(Clone, Debug)]
-pub struct RemoteOptions {
-    /// The token the hello carries (a TCP daemon requires one).
-    pub token: Option<String>,
-    /// TLS, for `tcp:` addresses.
-    pub tls: Option<RemoteTls>,
-    /// The largest frame read or written, its JSON without the newline: set it to the
-    /// daemon's. Default [`crate::wire::MAX_FRAME_BYTES`].
-    pub max_frame_bytes: usize,
-    /// How long connecting may take (the socket, TLS and the hello). Default
-    /// [`CONNECT_TIMEOUT`].
-    pub connect_timeout: Duration,
-    /// On a version 2 connection, the client pings at half this and takes a connection
-    /// that heard nothing for this long for lost, so a daemon cut off without closing is
-    /// found. `None` never pings. Default [`KEEPALIVE`].
-    pub keepalive: Option<Duration>,
-}
-
-/// How soon a client finds a silent daemon by default.
-pub const KEEPALIVE: Duration = Duration::from_secs(30);
-
-impl Default for RemoteOptions {
-    fn default() -> RemoteOptions {
-        RemoteOptions {
-            token: None,
-            tls: None,
-            max_frame_bytes: crate::wire::MAX_FRAME_BYTES,
-            connect_timeout: CONNECT_TIMEOUT,
-            keepalive: Some(KEEPALIVE),
         }
     }
 }
@@ -209,17 +258,14 @@ pub struct Daemon {
 impl Daemon {
     /// Bind the address with the default [`DaemonLimits`]; refuse a configuration that
     /// would expose the executor unprotected.
-    pub async fn bind(config: DaemonConfig) -> Result<Daemon, String> {
+    pub async fn bind(config: DaemonConfig) -> Result<Daemon, BindError> {
         Daemon::bind_with(config, DaemonLimits::default()).await
     }
 
     /// Bind the address, holding clients to `limits`.
-    pub async fn bind_with(config: DaemonConfig, limits: DaemonLimits) -> Result<Daemon, String> {
+    pub async fn bind_with(config: DaemonConfig, limits: DaemonLimits) -> Result<Daemon, BindError> {
         if config.max_frame_bytes < MIN_FRAME_BYTES {
-            return Err(format!(
-                "the maximum frame of {} bytes is below the least a daemon serves with, {MIN_FRAME_BYTES} bytes",
-                config.max_frame_bytes
-            ));
+            return Err(BindError::FrameTooSmall { max_frame_bytes: config.max_frame_bytes });
         }
         let (listener, address) = match &config.listen {
             Address::Unix(path) => {
@@ -228,19 +274,17 @@ impl Daemon {
             }
             Address::Tcp(host) => {
                 if config.token.is_none() {
-                    return Err("a TCP daemon requires a token: give --token-file".to_owned());
+                    return Err(BindError::TokenRequired);
                 }
                 let tls = match &config.tls {
-                    Some(files) => Some(TlsAcceptor::new(files)?),
+                    Some(files) => Some(TlsAcceptor::new(files).map_err(BindError::Tls)?),
                     None => None,
                 };
                 let listener =
-                    TcpListener::bind(host).await.map_err(|e| format!("cannot listen on {host}: {e}"))?;
-                let local = listener.local_addr().map_err(|e| e.to_string())?;
+                    TcpListener::bind(host).await.map_err(|e| BindError::listen(host.clone(), e))?;
+                let local = listener.local_addr().map_err(BindError::LocalAddress)?;
                 if tls.is_none() && !local.ip().is_loopback() {
-                    return Err(format!(
-                        "plain TCP is accepted only on a loopback address, and {local} is not one: give --tls-cert and --tls-key"
-                    ));
+                    return Err(BindError::PlainTcpNotLoopback { address: local });
                 }
                 (Listener::Tcp(listener, tls), Address::Tcp(local.to_string()))
             }
@@ -259,8 +303,9 @@ impl Daemon {
     }
 
     /// Accept connections until the process ends, serving `executor` on each. A failed
-    /// accept is logged and retried; it never ends the daemon.
-    pub async fn serve(self, executor: impl Execute + 'static) -> Result<(), String> {
+    /// accept is logged and retried; it never ends the daemon (no `Err` comes today: the
+    /// `io::Result` leaves room for a listener that fails for good).
+    pub async fn serve(self, executor: impl Execute + 'static) -> std::io::Result<()> {
         self.serve_until(executor, std::future::pending(), Duration::MAX).await
     }
 
@@ -274,7 +319,7 @@ impl Daemon {
         executor: impl Execute + 'static,
         drain: impl std::future::Future<Output = ()>,
         drain_timeout: Duration,
-    ) -> Result<(), String> {
+    ) -> std::io::Result<()> {
         let open = Arc::new(AtomicUsize::new(0));
         let live = SharedExecutions::new(self.limits.max_live_executions);
         let signal = server::Drain { timeout: drain_timeout, ..server::Drain::default() };
@@ -547,7 +592,7 @@ fn spawn_served(
     connection: u64,
     peer: String,
     slot: Slot,
-    served: impl std::future::Future<Output = Result<(), String>> + Send + 'static,
+    served: impl std::future::Future<Output = Result<(), server::ConnectionError>> + Send + 'static,
 ) {
     let span = tracing::info_span!("connection", id = connection, peer);
     tokio::spawn(
@@ -556,7 +601,7 @@ fn spawn_served(
             tracing::info!("connection opened");
             match served.await {
                 Ok(()) => tracing::info!("connection closed"),
-                Err(problem) => tracing::info!(error = problem, "connection closed"),
+                Err(problem) => tracing::info!(error = %problem, "connection closed"),
             }
         }
         .instrument(span),
@@ -598,15 +643,98 @@ fn spawn_socket<S>(
 
 /// Bind a Unix socket only its owner may connect to: bound under a temporary name,
 /// restricted, then renamed into place, so it is never reachable with wider permissions.
-fn bind_owner_only(path: &Path) -> Result<UnixListener, String> {
+fn bind_owner_only(path: &Path) -> Result<UnixListener, BindError> {
     use std::os::unix::fs::PermissionsExt;
     let staging = path.with_extension(format!("binding-{}", std::process::id()));
     let _ = std::fs::remove_file(&staging);
     let listener =
-        UnixListener::bind(&staging).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+        UnixListener::bind(&staging).map_err(|e| BindError::listen(path.display().to_string(), e))?;
     std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| format!("cannot restrict the socket {} to its owner: {e}", path.display()))?;
-    std::fs::rename(&staging, path)
-        .map_err(|e| format!("cannot move the socket to {}: {e}", path.display()))?;
+        .map_err(|source| BindError::Restrict { path: path.to_owned(), source })?;
+    std::fs::rename(&staging, path).map_err(|source| BindError::Move { path: path.to_owned(), source })?;
     Ok(listener)
+}
+
+#[cfg(test)]
+mod tests {
+    use codemode_protocol::wire::ProtocolErrorKind;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    /// The configurations `bind` refuses, each told apart by its variant, with the text
+    /// the command line prints.
+    #[tokio::test]
+    async fn bind_errors_say_their_kind() {
+        let tcp = Address::Tcp("127.0.0.1:0".to_owned());
+        let refused = Daemon::bind(DaemonConfig::new(tcp.clone())).await.err().unwrap();
+        assert!(matches!(refused, BindError::TokenRequired), "{refused:?}");
+        assert_eq!(refused.to_string(), "a TCP daemon requires a token: give --token-file");
+
+        let small = DaemonConfig::new(tcp.clone()).token(Some("t".to_owned())).max_frame_bytes(10);
+        let refused = Daemon::bind(small).await.err().unwrap();
+        assert!(matches!(refused, BindError::FrameTooSmall { max_frame_bytes: 10 }), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "the maximum frame of 10 bytes is below the least a daemon serves with, 1024 bytes"
+        );
+
+        // A port out of range: refused before any lookup.
+        let bad = Address::Tcp("127.0.0.1:99999".to_owned());
+        let refused = Daemon::bind(DaemonConfig::new(bad).token(Some("t".to_owned()))).await.err().unwrap();
+        assert!(matches!(&refused, BindError::Listen { address, .. } if address == "127.0.0.1:99999"));
+        assert!(refused.to_string().starts_with("cannot listen on 127.0.0.1:99999: "), "{refused}");
+    }
+
+    /// A port another daemon holds is `AddressInUse`, not any other failure to listen.
+    #[tokio::test]
+    async fn a_port_bound_twice_is_address_in_use() {
+        let config = |address: Address| DaemonConfig::new(address).token(Some("t".to_owned()));
+        let first = Daemon::bind(config(Address::Tcp("127.0.0.1:0".to_owned()))).await.unwrap();
+        let Address::Tcp(bound) = first.address().clone() else { unreachable!() };
+        let refused = Daemon::bind(config(Address::Tcp(bound.clone()))).await.err().unwrap();
+        assert!(
+            matches!(&refused, BindError::AddressInUse { address, .. } if *address == bound),
+            "{refused:?}"
+        );
+        let source = std::error::Error::source(&refused).and_then(|e| e.downcast_ref::<std::io::Error>());
+        assert_eq!(source.map(std::io::Error::kind), Some(std::io::ErrorKind::AddrInUse));
+        assert!(refused.to_string().starts_with(&format!("cannot listen on {bound}: ")), "{refused}");
+    }
+
+    #[test]
+    fn an_address_without_its_scheme_is_refused_by_its_text() {
+        let refused = "/run/codemode.sock".parse::<Address>().unwrap_err();
+        assert_eq!(refused, ParseAddressError { text: "/run/codemode.sock".to_owned() });
+        assert_eq!(
+            refused.to_string(),
+            "\"/run/codemode.sock\" is not an address: write unix:/path/to.sock or tcp:HOST:PORT"
+        );
+        assert_eq!("unix:/a.sock".parse::<Address>(), Ok(Address::Unix("/a.sock".into())));
+    }
+
+    /// A connection that does not begin with a hello ends with the refusal's kind and text,
+    /// the same the client reads in the error frame.
+    #[tokio::test]
+    async fn a_connection_refused_says_the_frame_it_sent() {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (read, write) = tokio::io::split(server);
+        let served = tokio::spawn(crate::wire::server::serve_with(
+            crate::Executor::default(),
+            BufReader::new(read),
+            write,
+            ServeOptions::default(),
+        ));
+        let (mut from_server, mut to_server) = tokio::io::split(client);
+        to_server.write_all(b"{\"type\":\"ping\",\"id\":1}\n").await.unwrap();
+        let ended = served.await.unwrap().unwrap_err();
+        assert!(
+            matches!(&ended, server::ConnectionError::Refused { kind: ProtocolErrorKind::Hello, message }
+                if message == "the first message must be a hello"),
+            "{ended:?}"
+        );
+        let mut frame = String::new();
+        let _ = from_server.read_to_string(&mut frame).await;
+        assert!(frame.contains("the first message must be a hello"), "{frame}");
+    }
 }

@@ -40,13 +40,70 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::api::config::{EngineKind, ExecutorConfig, Limits, WorkerCommand};
-use crate::service::daemon::{Address, DaemonConfig, DaemonLimits, TlsFiles};
+use crate::api::config::{EngineKind, ExecutorConfig, LimitError, Limits, ParseEngineError, WorkerCommand};
+use crate::service::daemon::{Address, DaemonConfig, DaemonLimits, ParseAddressError, TlsFiles};
 use crate::{Execute, Executor, ProcessExecutor};
 
-/// A daemon's configuration as an operator writes it.
+/// Why a [`ServeConfig`] does not describe an executor or a daemon. Its Display says what
+/// to change, naming the setting.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `[executor] workers = 0`.
+    #[error("[executor] workers must be at least 1")]
+    NoWorkers,
+    /// `[executor] engine` names no engine of this build.
+    #[error("{0}")]
+    Engine(#[source] ParseEngineError),
+    /// `[executor] answer_spin_us` above 1000 (a millisecond).
+    #[error(
+        "[executor] answer_spin_us is {micros}; it must be at most {most} (a longer wait awake only burns CPU); 0 never waits awake"
+    )]
+    AnswerSpinTooLong {
+        /// The setting.
+        micros: u64,
+        /// The most allowed, in microseconds.
+        most: u128,
+    },
+    /// A ceiling below its minimum.
+    #[error("[ceilings]: {0}")]
+    Ceilings(#[source] LimitError),
+    /// A default limit below its minimum or above its ceiling.
+    #[error("[limits]: {0}")]
+    Limits(#[source] LimitError),
+    /// No `listen`.
+    #[error(
+        "say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)"
+    )]
+    NoListen,
+    /// `listen` is not an address.
+    #[error("{0}")]
+    Listen(#[source] ParseAddressError),
+    /// The token file could not be read.
+    #[error("cannot read the token file {}: {source}", path.display())]
+    TokenFile {
+        /// The file.
+        path: PathBuf,
+        /// The system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The token file holds only whitespace.
+    #[error("the token file {} is empty; put the token in it", path.display())]
+    EmptyToken {
+        /// The file.
+        path: PathBuf,
+    },
+    /// One of `tls_cert` and `tls_key` without the other.
+    #[error("TLS needs both a certificate and a key (tls_cert and tls_key)")]
+    TlsIncomplete,
+}
+
+/// A daemon's configuration as an operator writes it. It is `#[non_exhaustive]`, as are
+/// its sections: start from [`ServeConfig::default`] (or a parsed file) and set fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ServeConfig {
     /// `unix:/path/to.sock` or `tcp:HOST:PORT`.
     pub listen: Option<String>,
@@ -84,6 +141,7 @@ pub struct ServeConfig {
 /// How a daemon logs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LogFormat {
     /// Human-readable lines.
     #[default]
@@ -95,6 +153,7 @@ pub enum LogFormat {
 /// The least level a daemon logs: `log_level = "info"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum LogLevel {
     /// Refusals and failures the daemon recovers from, and errors.
     Warn,
@@ -110,6 +169,7 @@ pub enum LogLevel {
 /// Where executions run: `isolation = "in-process" | "process"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum IsolationKind {
     /// Each execution on a thread of the daemon.
     #[default]
@@ -121,6 +181,7 @@ pub enum IsolationKind {
 /// `[executor]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ExecutorSection {
     /// Execution threads (or worker processes) kept ready; default the machine's parallelism.
     pub workers: Option<usize>,
@@ -139,6 +200,7 @@ pub struct ExecutorSection {
 /// `[limits]` and `[ceilings]`: each limit of an execution.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct LimitsSection {
     /// Wall-clock limit.
     pub timeout_ms: Option<u64>,
@@ -159,6 +221,7 @@ pub struct LimitsSection {
 /// `[connections]`: what one client may hold, and how long.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ConnectionsSection {
     /// Connections open at once.
     pub max_connections: Option<usize>,
@@ -232,7 +295,7 @@ impl ServeConfig {
     /// The executor it describes, made: an [`crate::Executor`], or with `isolation =
     /// "process"` a [`crate::ProcessExecutor`] whose workers are `worker` (started with
     /// `stdio --engine <engine>`), usually this binary.
-    pub fn executor(&self, worker: PathBuf) -> Result<Arc<dyn Execute>, String> {
+    pub fn executor(&self, worker: PathBuf) -> Result<Arc<dyn Execute>, ConfigError> {
         let config = self.executor_config()?;
         Ok(match self.worker_command(worker)? {
             Some(command) => Arc::new(ProcessExecutor::new(config, command)),
@@ -242,27 +305,26 @@ impl ServeConfig {
 
     /// With `isolation = "process"`, the command each worker is started with: `worker`
     /// and `stdio --engine <engine>`.
-    pub fn worker_command(&self, worker: PathBuf) -> Result<Option<WorkerCommand>, String> {
+    pub fn worker_command(&self, worker: PathBuf) -> Result<Option<WorkerCommand>, ConfigError> {
         if self.executor.isolation != Some(IsolationKind::Process) {
             return Ok(None);
         }
         let engine = self.executor_config()?.engine;
-        let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
-        Ok(Some(WorkerCommand { program: worker, args }))
+        Ok(Some(WorkerCommand::new(worker, ["stdio", "--engine", engine.name()])))
     }
 
     /// The configuration of the executor it describes. The defaults must lie within the
     /// ceilings, each within its minimum.
-    pub fn executor_config(&self) -> Result<ExecutorConfig, String> {
+    pub fn executor_config(&self) -> Result<ExecutorConfig, ConfigError> {
         let mut config = ExecutorConfig::default();
         if let Some(workers) = self.executor.workers {
             if workers == 0 {
-                return Err("[executor] workers must be at least 1".to_owned());
+                return Err(ConfigError::NoWorkers);
             }
             config.workers = workers;
         }
         if let Some(engine) = &self.executor.engine {
-            config.engine = engine.parse::<EngineKind>()?;
+            config.engine = engine.parse::<EngineKind>().map_err(ConfigError::Engine)?;
         }
         if let Some(confinement) = self.executor.confinement {
             config.confinement = confinement;
@@ -270,43 +332,38 @@ impl ServeConfig {
         if let Some(micros) = self.executor.answer_spin_us {
             let most = crate::runtime::MAX_ANSWER_SPIN.as_micros();
             if u128::from(micros) > most {
-                return Err(format!(
-                    "[executor] answer_spin_us is {micros}; it must be at most {most} (a longer wait awake only burns CPU); 0 never waits awake"
-                ));
+                return Err(ConfigError::AnswerSpinTooLong { micros, most });
             }
             config.answer_spin = Duration::from_micros(micros);
         }
         config.limits = self.limits.over(config.limits);
         config.ceilings = self.ceilings.over(config.ceilings);
         // An operator may raise a ceiling past the default; each still meets its minimum.
-        config.ceilings.check(&config.ceilings).map_err(|e| format!("[ceilings]: {e}"))?;
-        config.limits.check(&config.ceilings).map_err(|e| format!("[limits]: {e}"))?;
+        config.ceilings.check(&config.ceilings).map_err(ConfigError::Ceilings)?;
+        config.limits.check(&config.ceilings).map_err(ConfigError::Limits)?;
         Ok(config)
     }
 
     /// The daemon it describes: where it listens, with the token read from its file.
-    pub fn daemon_config(&self) -> Result<DaemonConfig, String> {
-        let listen: Address = self
-            .listen
-            .as_deref()
-            .ok_or("say where to listen: --listen unix:/path/to.sock or tcp:HOST:PORT (or `listen` in the config file)")?
-            .parse()?;
+    pub fn daemon_config(&self) -> Result<DaemonConfig, ConfigError> {
+        let listen: Address =
+            self.listen.as_deref().ok_or(ConfigError::NoListen)?.parse().map_err(ConfigError::Listen)?;
         let token = match &self.token_file {
             None => None,
             Some(path) => {
                 let token = std::fs::read_to_string(path)
-                    .map_err(|e| format!("cannot read the token file {}: {e}", path.display()))?;
+                    .map_err(|source| ConfigError::TokenFile { path: path.clone(), source })?;
                 let token = token.trim().to_owned();
                 if token.is_empty() {
-                    return Err(format!("the token file {} is empty; put the token in it", path.display()));
+                    return Err(ConfigError::EmptyToken { path: path.clone() });
                 }
                 Some(token)
             }
         };
         let tls = match (&self.tls_cert, &self.tls_key) {
-            (Some(cert), Some(key)) => Some(TlsFiles { cert: cert.clone(), key: key.clone() }),
+            (Some(cert), Some(key)) => Some(TlsFiles::new(cert.clone(), key.clone())),
             (None, None) => None,
-            _ => return Err("TLS needs both a certificate and a key (tls_cert and tls_key)".to_owned()),
+            _ => return Err(ConfigError::TlsIncomplete),
         };
         let mut config = DaemonConfig { token, tls, ..DaemonConfig::new(listen) };
         if let Some(n) = self.connections.max_executions {
@@ -363,5 +420,61 @@ impl LimitsSection {
             max_log_bytes: self.max_log_bytes.unwrap_or(base.max_log_bytes),
             max_calls_in_flight: self.max_calls_in_flight.unwrap_or(base.max_calls_in_flight),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each refusal of the daemon's settings is its own variant, its text unchanged.
+    #[test]
+    fn a_daemon_config_refused_says_its_kind() {
+        let mut config = ServeConfig::default();
+        assert!(matches!(config.daemon_config(), Err(ConfigError::NoListen)));
+        config.listen = Some("/run/codemode.sock".to_owned());
+        let refused = config.daemon_config().unwrap_err();
+        assert!(matches!(refused, ConfigError::Listen(ParseAddressError { .. })), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            "\"/run/codemode.sock\" is not an address: write unix:/path/to.sock or tcp:HOST:PORT"
+        );
+        config.listen = Some("unix:/run/codemode.sock".to_owned());
+        config.tls_cert = Some("cert.pem".into());
+        let refused = config.daemon_config().unwrap_err();
+        assert!(matches!(refused, ConfigError::TlsIncomplete), "{refused:?}");
+        assert_eq!(refused.to_string(), "TLS needs both a certificate and a key (tls_cert and tls_key)");
+        config.tls_cert = None;
+        let empty = std::env::temp_dir().join(format!("codemode-empty-token-{}", std::process::id()));
+        std::fs::write(&empty, " \n").unwrap();
+        config.token_file = Some(empty.clone());
+        let refused = config.daemon_config().unwrap_err();
+        let _ = std::fs::remove_file(&empty);
+        assert!(matches!(&refused, ConfigError::EmptyToken { path } if *path == empty), "{refused:?}");
+        assert_eq!(
+            refused.to_string(),
+            format!("the token file {} is empty; put the token in it", empty.display())
+        );
+    }
+
+    #[test]
+    fn an_executor_config_refused_says_its_kind() {
+        let mut config = ServeConfig::default();
+        config.ceilings.timeout_ms = Some(5000);
+        config.limits.timeout_ms = Some(9000);
+        let refused = config.executor_config().unwrap_err();
+        assert!(
+            matches!(refused, ConfigError::Limits(LimitError::AboveCeiling { limit: "timeoutMs", .. })),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "[limits]: The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000."
+        );
+        let source = std::error::Error::source(&refused).map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("The timeoutMs of 9000 is above this executor's ceiling of 5000; ask for at most 5000.")
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! `client`, the one host side (process isolation's workers, `RemoteExecutor`'s daemons).
 //! The client never imports the server, nor the server the client.
 
+pub(crate) mod address;
 pub(crate) mod client;
 pub(crate) mod framing;
 pub mod server;

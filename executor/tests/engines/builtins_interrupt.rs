@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, Request};
 use codemode_protocol::OutcomeKind;
 
 const TIMEOUT: Duration = Duration::from_millis(300);
@@ -61,7 +61,7 @@ fn known_gap(name: &str) -> Option<&'static str> {
 
 /// Runs `code` with the timeout, checks the timeout outcome, and waits for the engine to go.
 async fn stops_at_the_deadline(name: &str, code: &str) {
-    let executor = Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(2));
     let started = Instant::now();
     let deadline = started + TIMEOUT;
     let outcome = executor.execute(Request::new(format!("async () => {{ {code} }}")).timeout(TIMEOUT)).await;

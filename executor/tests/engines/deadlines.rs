@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::json;
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 const TIMEOUT: Duration = Duration::from_millis(1000);
@@ -74,7 +74,7 @@ deadline_tests! {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_hosts_other_executions_are_not_delayed_by_busy_ones() {
-    let executor = Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(2));
     let busy: Vec<_> = (0..2)
         .map(|_| {
             let executor = executor.clone();

@@ -281,10 +281,7 @@ async fn without_retain_handles_a_timer_after_the_return_never_fires() {
 
 #[tokio::test]
 async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text() {
-    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
-        workers: 1,
-        ..crate::support::config()
-    });
+    let executor = codemode_executor::Executor::new(crate::support::config().workers(1));
     let recorder = Recorder::default();
     let (outcome, mut retained) = executor
         .execute_retained(
@@ -321,10 +318,7 @@ async fn a_retained_run_keeps_firing_timers_whose_calls_meet_the_completion_text
 
 #[tokio::test]
 async fn dropping_a_retained_execution_releases_it() {
-    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
-        workers: 1,
-        ..crate::support::config()
-    });
+    let executor = codemode_executor::Executor::new(crate::support::config().workers(1));
     let (_, retained) =
         executor.execute_retained(Request::new("async () => { setInterval(() => {}, 5); return 1 }")).await;
     assert_eq!(executor.live_engines(), 1);

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{Recorder, config, json, located};
-use codemode_executor::{
-    Confinement, Execute, Executor, ExecutorConfig, ProcessExecutor, Request, WorkerCommand,
-};
+use codemode_executor::{Confinement, Execute, Executor, ProcessExecutor, Request, WorkerCommand};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 
 /// A deadline short enough for a corpus, long enough for a debug build.
@@ -25,10 +23,10 @@ const CONFINED_VARIABLE: &str = "CODEMODE_TEST_HOSTILE_CONFINED";
 /// An executor of the test's own, so its count of live engines is the test's alone; with
 /// [`CONFINED_VARIABLE`], process isolation with its workers confined (`Required`).
 fn fresh() -> Arc<dyn Execute> {
-    let mut config = ExecutorConfig { workers: 1, ..config() };
+    let mut config = config().workers(1);
     if std::env::var_os(CONFINED_VARIABLE).is_some() {
         let args = ["stdio", "--engine", config.engine.name()].map(str::to_owned).to_vec();
-        let command = WorkerCommand { program: codemode_binary(), args };
+        let command = WorkerCommand::new(codemode_binary(), args);
         config.confinement = Confinement::Required;
         return Arc::new(ProcessExecutor::new(config, command));
     }

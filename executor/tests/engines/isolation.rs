@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall, parse_dispatch_arguments};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -37,7 +37,7 @@ async fn a_thousand_concurrent_executions_of_ten_calls_each_get_their_own_outcom
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_dispatch_never_blocks_another_execution() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let slow = executor.clone();
     let slow = tokio::spawn(async move {
         slow.execute(
@@ -61,7 +61,7 @@ async fn a_slow_dispatch_never_blocks_another_execution() {
 
 #[tokio::test]
 async fn dropping_an_execute_future_ends_its_engine_promptly() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let busy =
         executor.execute(Request::new("async () => { while (true) {} }").timeout(Duration::from_secs(60)));
     assert!(tokio::time::timeout(Duration::from_millis(100), busy).await.is_err());
@@ -84,7 +84,7 @@ async fn dropping_an_execute_future_ends_its_engine_promptly() {
 /// Math.random sequence of its own.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_one_execution_does_reaches_the_next_on_its_thread() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let dispatch = |call: ToolCall| async move {
         if call.tool == "late" {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -145,7 +145,7 @@ async fn nothing_one_execution_does_reaches_the_next_on_its_thread() {
 
 #[test]
 fn execute_outside_a_tokio_runtime_is_an_error_outcome_not_a_panic() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let outcome = futures_lite_block_on(executor.execute(Request::new("async () => 1")));
     assert_eq!(outcome.error_text(), Some(codemode_executor::NO_TOKIO_RUNTIME));
 }

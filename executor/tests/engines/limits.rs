@@ -3,7 +3,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::*;
-use codemode_executor::{Executor, ExecutorConfig, Limits, Request};
+use codemode_executor::{Executor, Limits, Request};
 use codemode_protocol::{ProviderDescriptor, ToolCall};
 use serde_json::json;
 
@@ -13,7 +13,7 @@ const MARGIN: Duration = Duration::from_millis(400);
 /// Each timed run gets an executor of its own, so other tests' busy programs do not
 /// queue ahead of it on a shared worker.
 async fn timed(request: Request) -> (String, Duration) {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let started = Instant::now();
     let outcome = executor.execute(request).await;
     (json(&outcome), started.elapsed())
@@ -101,10 +101,10 @@ async fn memory_bombs_end_with_the_memory_text_and_the_next_run_is_unaffected() 
     let doubling =
         run(Request::new("async () => { let s = 'x'; while (true) s += s }").memory_limit_bytes(16 << 20))
             .await;
-    let text = match crate::support::engine() {
-        codemode_executor::EngineKind::QuickJs => "string too long",
-        #[cfg(feature = "v8")]
-        codemode_executor::EngineKind::V8 => "Invalid string length",
+    let text = if crate::support::engine() == codemode_executor::EngineKind::V8 {
+        "Invalid string length"
+    } else {
+        "string too long"
     };
     assert_eq!(
         json(&doubling),
@@ -279,12 +279,12 @@ async fn the_payload_bound_rejects_at_the_call_site_and_never_delivers() {
 }
 
 fn limited(limits: Limits) -> Executor {
-    Executor::new(ExecutorConfig { workers: 1, limits, ..crate::support::config() })
+    Executor::new(crate::support::config().workers(1).limits(limits))
 }
 
 #[tokio::test]
 async fn the_result_bound_ends_the_run_with_the_result_text() {
-    let executor = limited(Limits { max_result_bytes: 1024, ..Limits::default() });
+    let executor = limited(Limits::default().max_result_bytes(1024));
     let outcome = executor.execute(Request::new("async () => 'x'.repeat(2000)")).await;
     assert_eq!(
         json(&outcome),
@@ -296,7 +296,7 @@ async fn the_result_bound_ends_the_run_with_the_result_text() {
 
 #[tokio::test]
 async fn log_volume_stops_with_a_marker_line() {
-    let executor = limited(Limits { max_log_bytes: 20, ..Limits::default() });
+    let executor = limited(Limits::default().max_log_bytes(20));
     let outcome = executor
         .execute(Request::new(
             "async () => { for (let i = 0; i < 100; i++) console.log('line ' + i); return 'done' }",
@@ -311,7 +311,7 @@ async fn log_volume_stops_with_a_marker_line() {
 
 #[tokio::test]
 async fn calls_in_flight_are_bounded_per_execution() {
-    let executor = limited(Limits { max_calls_in_flight: 3, ..Limits::default() });
+    let executor = limited(Limits::default().max_calls_in_flight(3));
     let reached = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = reached.clone();
     let slow = move |_: ToolCall| {
@@ -377,4 +377,34 @@ async fn every_bound_has_a_per_request_override() {
     assert_eq!(json(&shallow), r#"{"result":"RangeError","logs":[]}"#);
     let deep = run(Request::new("async () => { const f = (n) => n === 0 ? 0 : 1 + f(n - 1); try { return f(200) } catch (e) { return e.name } }")).await;
     assert_eq!(json(&deep), r#"{"result":200,"logs":[]}"#);
+}
+
+/// `EngineKind::V8` exists in every build; without the `v8` feature an executor on it is
+/// made (no panic) and refuses each execution, before it runs, with the pinned text.
+#[cfg(not(feature = "v8"))]
+#[tokio::test]
+async fn an_executor_on_v8_without_the_feature_refuses_each_execution() {
+    use codemode_executor::EngineKind;
+    use codemode_protocol::OutcomeKind;
+    use codemode_protocol::texts::V8_NOT_BUILT;
+
+    assert!(!EngineKind::V8.is_built_in());
+    let executor = Executor::new(crate::support::config().engine(EngineKind::V8).workers(1));
+    let recorder = Recorder::default();
+    let outcome = executor
+        .execute(
+            Request::new("async () => { console.log('ran'); return await store.find(1) }")
+                .provider(ProviderDescriptor::new("store", ["find"]))
+                .dispatch(recorder.dispatch(|_| r#"{"result":1}"#.to_owned())),
+        )
+        .await;
+    assert_eq!(outcome.kind(), OutcomeKind::Invalid);
+    assert_eq!(json(&outcome), json!({ "error": V8_NOT_BUILT, "kind": "invalid", "logs": [] }).to_string());
+    assert_eq!(
+        V8_NOT_BUILT,
+        "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs."
+    );
+    assert!(recorder.calls().is_empty(), "the program never ran");
+    let (retained, _handle) = executor.execute_retained(Request::new("async () => 1")).await;
+    assert_eq!(json(&retained), json!({ "error": V8_NOT_BUILT, "kind": "invalid", "logs": [] }).to_string());
 }

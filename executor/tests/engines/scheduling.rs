@@ -4,11 +4,11 @@
 use std::time::{Duration, Instant};
 
 use crate::support::json;
-use codemode_executor::{Executor, ExecutorConfig, Request};
+use codemode_executor::{Executor, Request};
 use codemode_protocol::{OutcomeKind, ProviderDescriptor, ToolCall};
 
 fn executor() -> Executor {
-    Executor::new(ExecutorConfig { workers: 2, ..crate::support::config() })
+    Executor::new(crate::support::config().workers(2))
 }
 
 /// A dispatch answering every call after `delay`.
@@ -120,8 +120,7 @@ async fn a_spinning_program_does_not_delay_a_timer_elsewhere() {
 /// due meanwhile, takes the answers that come, and ends at its deadline.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thread_waiting_awake_for_answers_runs_its_timers_and_meets_its_deadline() {
-    let executor =
-        Executor::new(ExecutorConfig { answer_spin: Duration::from_millis(1), ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().answer_spin(Duration::from_millis(1)));
     let dispatch = |call: ToolCall| async move {
         match call.tool.as_str() {
             "never" => std::future::pending().await,
@@ -163,7 +162,7 @@ async fn a_thread_waiting_awake_for_answers_runs_its_timers_and_meets_its_deadli
 /// second: then only the kept warm engines (one per worker) stay. V8 renews none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bursts_renewed_engines_are_freed_after_a_second_idle() {
-    let executor = Executor::new(ExecutorConfig { workers: 1, ..crate::support::config() });
+    let executor = Executor::new(crate::support::config().workers(1));
     let runs: Vec<_> = (0..8)
         .map(|_| {
             let executor = executor.clone();

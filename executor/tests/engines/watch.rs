@@ -193,10 +193,7 @@ async fn a_panicking_callback_is_dropped_and_the_run_goes_on() {
 /// goes, and the host keeps the logs it heard.
 #[tokio::test]
 async fn dropping_a_watched_run_ends_its_engine_and_the_logs_heard_stay() {
-    let executor = codemode_executor::Executor::new(codemode_executor::ExecutorConfig {
-        workers: 1,
-        ..crate::support::config()
-    });
+    let executor = codemode_executor::Executor::new(crate::support::config().workers(1));
     let (events, callback) = recorded();
     let code = r#"async () => { console.log("a"); await new Promise(() => {}) }"#;
     let run = executor.execute(Request::new(code).timeout(Duration::from_secs(60)).on_event(callback));

@@ -37,7 +37,7 @@ pub fn engine() -> EngineKind {
 
 /// The default config on the suite's engine.
 pub fn config() -> ExecutorConfig {
-    ExecutorConfig { engine: engine(), ..ExecutorConfig::default() }
+    ExecutorConfig::default().engine(engine())
 }
 
 pub fn executor() -> Executor {

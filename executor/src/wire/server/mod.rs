@@ -150,8 +150,32 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// client that may not be reading.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// What one connection is allowed.
+/// Why a connection ended other than by the client closing it. Its Display is the text
+/// the connection's log line carries (for a refusal, the error frame's message).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConnectionError {
+    /// The server closed the connection with an error frame of this kind and message
+    /// (a bad or late hello, a wrong token, a malformed frame, an idle connection).
+    #[error("{message}")]
+    Refused {
+        /// The error frame's kind.
+        kind: ProtocolErrorKind,
+        /// The error frame's message.
+        message: String,
+    },
+    /// Writing to the client failed: it went away, or its stream broke.
+    #[error("the connection failed while writing to the client")]
+    Write,
+    /// Stdin could not be set up for reading (`serve` on Tokio's stdio).
+    #[error("cannot read stdin: {0}")]
+    Stdin(#[source] std::io::Error),
+}
+
+/// What one connection is allowed. It is `#[non_exhaustive]`: start from
+/// [`ServeOptions::default`] and set the fields you change.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ServeOptions {
     /// The token a client's hello must carry; `None` accepts any hello.
     pub token: Option<String>,
@@ -297,7 +321,7 @@ impl Default for ServeOptions {
 /// descriptors itself, non-blocking, instead: Tokio's stdio does each read and write on a
 /// blocking thread, which costs two thread hand-offs per frame each way (their flags are
 /// put back when it returns). Anything else it serves as given.
-pub async fn serve<E, R, W>(executor: E, input: R, output: W) -> Result<(), String>
+pub async fn serve<E, R, W>(executor: E, input: R, output: W) -> Result<(), ConnectionError>
 where
     E: Execute + 'static,
     R: AsyncBufRead + Unpin + 'static,
@@ -308,7 +332,7 @@ where
         && let Some(lent) = QuietStream::lend_stdio(options.max_frame_bytes)
     {
         drop((input, output));
-        let lent = lent.map_err(|e| format!("cannot read stdin: {e}"))?;
+        let lent = lent.map_err(ConnectionError::Stdin)?;
         return serve_lent(Arc::new(executor), lent, options).await;
     }
     serve_with(executor, input, output, options).await
@@ -325,7 +349,7 @@ pub(crate) async fn serve_lent(
     executor: Arc<dyn Execute>,
     lent: Lent,
     options: ServeOptions,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     let (input, reader, writing) = lent;
     serve_connection(executor, reader, writing, options, Some(input)).await
 }
@@ -359,9 +383,9 @@ async fn refuse<W: AsyncWrite + Unpin>(
     output: &mut W,
     kind: ProtocolErrorKind,
     message: String,
-) -> Result<(), String> {
+) -> Result<(), ConnectionError> {
     let _ = tokio::time::timeout(CLOSE_GRACE, write_message(output, &refusal(kind, message.clone()))).await;
-    Err(message)
+    Err(ConnectionError::Refused { kind, message })
 }
 
 /// Serve `executor` on one connection with `options`. Executions still running when the
@@ -371,7 +395,7 @@ pub async fn serve_with<E, R, W>(
     input: R,
     output: W,
     options: ServeOptions,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     E: Execute + 'static,
     R: AsyncBufRead + Unpin,
@@ -386,7 +410,7 @@ pub(crate) async fn serve_shared<R, W>(
     input: R,
     output: W,
     options: ServeOptions,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -402,7 +426,7 @@ async fn serve_connection<R, W>(
     mut output: W,
     options: ServeOptions,
     lent: Option<Arc<lend::Input>>,
-) -> Result<(), String>
+) -> Result<(), ConnectionError>
 where
     R: AsyncBufRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -469,13 +493,13 @@ where
                 if out.is_closed() {
                     writer_done = true;
                     let _ = (&mut writer).await;
-                    break Err("the connection failed while writing to the client".to_owned());
+                    break Err(ConnectionError::Write);
                 }
                 continue;
             }
             _ = &mut writer, if !writer_done => {
                 writer_done = true;
-                break Err("the connection failed while writing to the client".to_owned());
+                break Err(ConnectionError::Write);
             }
             () = sleep_until(idle_at) => {
                 let limit = options.idle_timeout.unwrap_or_default();
@@ -484,7 +508,7 @@ where
                 }
                 let message = texts::CONNECTION_IDLE.fill(&[&limit.as_millis().to_string()]);
                 let _ = out.push(refusal(ProtocolErrorKind::Idle, message.clone()));
-                break Err(message);
+                break Err(ConnectionError::Refused { kind: ProtocolErrorKind::Idle, message });
             }
         };
         let message = match frame {
@@ -492,7 +516,7 @@ where
             Ok(None) => break Ok(()),
             Err(problem) => {
                 let _ = out.push(refusal(problem.kind(), problem.to_string()));
-                break Err(problem.to_string());
+                break Err(ConnectionError::Refused { kind: problem.kind(), message: problem.to_string() });
             }
         };
         out.touch();
@@ -588,7 +612,7 @@ impl Executions {
     }
 
     /// One message from the client after its hello; `Err` ends the connection.
-    fn handle(&self, message: ClientMessage, options: &ServeOptions) -> Result<(), String> {
+    fn handle(&self, message: ClientMessage, options: &ServeOptions) -> Result<(), ConnectionError> {
         match message {
             ClientMessage::Hello(_) => {}
             ClientMessage::Ping { id } => {
@@ -611,14 +635,22 @@ impl Executions {
 
     /// Start an execute, or refuse it with an outcome; `Err` (an id still live) ends the
     /// connection.
-    fn execute(&self, execution: u64, request: ExecuteRequest, options: &ServeOptions) -> Result<(), String> {
+    fn execute(
+        &self,
+        execution: u64,
+        request: ExecuteRequest,
+        options: &ServeOptions,
+    ) -> Result<(), ConnectionError> {
         if lock(&self.running).contains_key(&execution)
             || lock(&self.retained).contains_key(&execution)
             || lock(&self.unsent).contains(&execution)
         {
             let problem = format!("execution {execution} is still live; give each execution its own id");
             let _ = self.out.push(refusal(ProtocolErrorKind::DuplicateExecution, problem.clone()));
-            return Err(problem);
+            return Err(ConnectionError::Refused {
+                kind: ProtocolErrorKind::DuplicateExecution,
+                message: problem,
+            });
         }
         if self.count() >= options.max_executions {
             let text = texts::TOO_MANY_EXECUTIONS.fill(&[&options.max_executions.to_string()]);
