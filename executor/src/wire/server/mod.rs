@@ -95,6 +95,20 @@ enum Waiter<T> {
     Future(oneshot::Sender<T>),
 }
 
+impl<T> Waiter<T> {
+    /// Who gets the answer of the call being made now: the execution whose first poll of
+    /// its dispatch this is (claimed), or else a future, with its receiver.
+    fn start() -> (Waiter<T>, Option<oneshot::Receiver<T>>) {
+        match claim_call() {
+            Some(claim) => (Waiter::Claimed(claim), None),
+            None => {
+                let (answer, answered) = oneshot::channel();
+                (Waiter::Future(answer), Some(answered))
+            }
+        }
+    }
+}
+
 impl Waiter<String> {
     fn answer(self, answer: String) {
         match self {
@@ -1205,13 +1219,7 @@ impl Dispatch for WireDispatch {
     fn dispatch(&self, tool_call: ToolCall) -> codemode_protocol::DispatchFuture {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
         // Waiting before the call leaves: its answer may come back before `push` returns.
-        let (waiter, answered) = match claim_call() {
-            Some(claim) => (Waiter::Claimed(claim), None),
-            None => {
-                let (answer, answered) = oneshot::channel();
-                (Waiter::Future(answer), Some(answered))
-            }
-        };
+        let (waiter, answered) = Waiter::start();
         let span = tracing::debug_span!(parent: &self.span, "call", call, provider = %tool_call.provider, tool = %tool_call.tool);
         lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
         let sent = self.out.push(ServerMessage::Call { execution: self.execution, call, tool_call });
@@ -1246,13 +1254,7 @@ struct WireOutbound {
 impl Outbound for WireOutbound {
     fn fetch(&self, request: OutboundRequest) -> OutboundFuture {
         let call = self.next_call.fetch_add(1, Ordering::Relaxed);
-        let (waiter, answered) = match claim_call() {
-            Some(claim) => (Waiter::Claimed(claim), None),
-            None => {
-                let (answer, answered) = oneshot::channel();
-                (Waiter::Future(answer), Some(answered))
-            }
-        };
+        let (waiter, answered) = Waiter::start();
         let span = tracing::debug_span!(parent: &self.span, "fetch", call);
         lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
         let sent =
