@@ -1,5 +1,7 @@
 //! Criterion benchmarks of the executor: a whole run, tool-call overhead, 1 MiB of bytes
-//! through one call, and runs per second with every core busy. `cargo xtask bench`.
+//! through one call, and runs per second with every core busy. `cargo xtask bench`. The
+//! in-process rows run on `CODEMODE_BENCH_ENGINE` (`quickjs` by default, `v8` with the
+//! feature).
 
 mod common;
 
@@ -12,10 +14,18 @@ fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap()
 }
 
+/// The engine of the in-process rows: `CODEMODE_BENCH_ENGINE=v8` (with `--features v8`)
+/// measures V8's, QuickJS by default.
+fn engine() -> codemode_executor::EngineKind {
+    std::env::var("CODEMODE_BENCH_ENGINE").map_or(codemode_executor::EngineKind::QuickJs, |name| {
+        name.parse().unwrap_or_else(|e| panic!("CODEMODE_BENCH_ENGINE: {e}"))
+    })
+}
+
 fn benches(c: &mut Criterion) {
     let rt = runtime();
-    let one_worker = Executor::new(ExecutorConfig::default().workers(1));
-    let executor = Executor::default();
+    let one_worker = Executor::new(ExecutorConfig::default().workers(1).engine(engine()));
+    let executor = Executor::new(ExecutorConfig::default().engine(engine()));
 
     let mut group = c.benchmark_group("execute");
     group.bench_function("async () => 1, one at a time", |b| {
@@ -92,6 +102,25 @@ fn benches(c: &mut Criterion) {
         });
         group.bench_function(format!("a run of 100 sequential calls, {level}"), |b| {
             b.iter(|| rt.block_on(warm.execute(common::calls(100))))
+        });
+        // 16 runs at once, the pool as configured by default (as many workers kept ready as
+        // the machine's parallelism): what a burst of a model's runs costs under each level.
+        let command = codemode_executor::WorkerCommand::new(common::codemode_binary(), ["stdio"]);
+        let pool = codemode_executor::ProcessExecutor::new(
+            ExecutorConfig::default().confinement(confinement),
+            command,
+        );
+        group.bench_function(format!("16 runs at once, {level}"), |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let mut runs = tokio::task::JoinSet::new();
+                    for _ in 0..16 {
+                        let pool = pool.clone();
+                        runs.spawn(async move { pool.execute(common::calls(0)).await });
+                    }
+                    runs.join_all().await
+                })
+            })
         });
     }
     group.finish();

@@ -61,7 +61,7 @@ impl Raw {
         raw.send(&format!(r#"{{"type":"hello","protocol":"codemode","version":{version}}}"#)).await;
         assert_eq!(
             raw.next().await.unwrap(),
-            format!(r#"{{"type":"hello","protocol":"codemode","version":{}}}"#, version.min(3))
+            format!(r#"{{"type":"hello","protocol":"codemode","version":{}}}"#, version.min(4))
         );
         raw
     }
@@ -127,15 +127,30 @@ async fn a_drain_tells_refuses_new_work_and_lets_admitted_runs_finish() {
 async fn what_still_runs_at_the_drain_timeout_ends_with_its_text() {
     let mut daemon = Draining::start(Duration::from_millis(300)).await;
     let mut v2 = Raw::hello(&daemon.path, 2).await;
+    let mut v4 = Raw::hello(&daemon.path, 4).await;
     v2.send(&waiting(1)).await;
     assert_eq!(v2.next().await.unwrap(), call(1));
+    v4.send(&waiting(1)).await;
+    assert_eq!(v4.next().await.unwrap(), call(1));
     daemon.drain();
     assert_eq!(v2.next().await.unwrap(), r#"{"type":"draining"}"#);
+    assert_eq!(v4.next().await.unwrap(), r#"{"type":"draining"}"#);
+    // The run is lost with the daemon: kind `lost` from version 4, `internal` below it.
+    let text = "The daemon shut down before the run ended: its drain timeout of 300 ms passed. The execution is lost; run it again.";
     assert_eq!(
         v2.next().await.unwrap(),
-        r#"{"type":"outcome","execution":1,"outcome":{"error":"The daemon shut down before the run ended: its drain timeout of 300 ms passed. The execution is lost; run it again.","kind":"internal","logs":[]}}"#
+        format!(
+            r#"{{"type":"outcome","execution":1,"outcome":{{"error":"{text}","kind":"internal","logs":[]}}}}"#
+        )
+    );
+    assert_eq!(
+        v4.next().await.unwrap(),
+        format!(
+            r#"{{"type":"outcome","execution":1,"outcome":{{"error":"{text}","kind":"lost","logs":[]}}}}"#
+        )
     );
     assert_eq!(v2.next().await, None);
+    assert_eq!(v4.next().await, None);
     let served = tokio::time::timeout(Duration::from_secs(5), daemon.served).await.unwrap().unwrap();
     assert!(served.is_ok(), "{served:?}");
 }
@@ -172,7 +187,7 @@ async fn pings_are_answered_and_a_newer_client_is_answered_with_the_newest_versi
     let mut lines = BufReader::new(read).lines();
     assert_eq!(
         lines.next_line().await.unwrap().unwrap(),
-        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 3; the client said codemode version 0"}"#
+        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 4; the client said codemode version 0"}"#
     );
 }
 
@@ -209,4 +224,24 @@ async fn a_client_that_never_stops_sending_cannot_hold_off_the_drain_timeout() {
     let served = tokio::time::timeout(Duration::from_secs(5), daemon.served).await.unwrap().unwrap();
     assert!(served.is_ok(), "{served:?}");
     pinging.abort();
+}
+
+/// A run the client cancels ends `cancelled` from version 4, and `internal` for a client
+/// below it, which knows no such kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_says_so_from_version_4_and_is_internal_below_it() {
+    let daemon = Draining::start(Duration::from_secs(10)).await;
+    for (version, kind) in [(3, "internal"), (4, "cancelled")] {
+        let mut raw = Raw::hello(&daemon.path, version).await;
+        raw.send(&waiting(1)).await;
+        assert_eq!(raw.next().await.unwrap(), call(1));
+        raw.send(r#"{"type":"cancel","execution":1}"#).await;
+        assert_eq!(
+            raw.next().await.unwrap(),
+            format!(
+                r#"{{"type":"outcome","execution":1,"outcome":{{"error":"Execution was cancelled by the host.","kind":"{kind}","logs":[]}}}}"#
+            ),
+            "version {version}"
+        );
+    }
 }

@@ -176,7 +176,7 @@ async fn lost_before_any_call_runs_elsewhere_and_lost_after_a_call_never_runs_tw
     let log = Arc::new(Mutex::new(Vec::new()));
     assert_eq!(
         remote.execute(finding(&log, Duration::ZERO)).await.to_json_string(),
-        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#
+        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"lost","logs":[]}"#
     );
     assert_eq!(log.lock().unwrap().len(), 1);
     drop(good);
@@ -197,7 +197,7 @@ async fn a_daemon_gone_silent_is_found_by_the_keepalive() {
     let outcome = remote.execute(Request::new("async () => 1")).await;
     assert_eq!(
         outcome.to_json_string(),
-        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#
+        r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"lost","logs":[]}"#
     );
     // A keepalive of 400 ms, checked every 200 ms: found within 600 ms, not the run's 30 s.
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());

@@ -251,6 +251,12 @@ pub const ENGINE_UNSTOPPABLE: &str =
 /// build without the `v8` feature: kind `invalid`, the program never runs.
 pub const V8_NOT_BUILT: &str = "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs.";
 
+/// A `ProcessExecutor` whose worker command names another engine than its config: the
+/// executor passes its engine to its workers, so the command need not name one.
+pub const WORKER_ENGINE_MISMATCH: Template = Template(
+    "The worker command says --engine {worker} but this executor runs {engine}: drop --engine from the worker command (the executor passes its engine to its workers), or make the two agree.",
+);
+
 /// The last log line, once the logs passed their volume bound.
 pub const LOG_LIMIT_REACHED: Template =
     Template("[codemode] Log limit of {limit} bytes reached; later logs are dropped.");

@@ -19,8 +19,13 @@ pub const PROTOCOL_NAME: &str = "codemode";
 /// The newest protocol version this crate speaks. Version 2 adds, to version 1's
 /// messages, [`ClientMessage::Ping`] and [`ServerMessage::Pong`], [`ServerMessage::Draining`]
 /// and [`ServerMessage::Refused`]; version 3 adds the execute request's `events` and
-/// [`ServerMessage::Log`] and [`ServerMessage::Waiting`].
-pub const PROTOCOL_VERSION: u32 = 3;
+/// [`ServerMessage::Log`] and [`ServerMessage::Waiting`]; version 4 adds the outcome kinds
+/// [`OutcomeKind::Lost`] and [`OutcomeKind::Cancelled`] (a peer below it reads both as
+/// `internal`, [`OutcomeKind::for_version`]).
+pub const PROTOCOL_VERSION: u32 = 4;
+
+/// The first version whose outcomes may say `lost` or `cancelled`.
+pub const LOST_AND_CANCELLED_VERSION: u32 = 4;
 
 /// The oldest protocol version this crate still speaks.
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
@@ -135,10 +140,19 @@ pub enum OutcomeKind {
     /// The request was refused before it ran: a provider name breaks a rule, a limit is
     /// out of range, or a daemon already runs its maximum of executions on the connection.
     Invalid,
-    /// Not the program's doing: a bug, or a lost worker, worker process or connection
-    /// (the run is lost; running it again may succeed). A run the host cancelled over the
-    /// wire also ends with this kind.
+    /// Not the program's doing: a bug in the executor (its texts ask for a report), a
+    /// setting of the host's that cannot run (a worker program that does not start), or a
+    /// worker its confinement stopped.
     Internal,
+    /// The run was lost with what ran it: its worker process died, the connection to its
+    /// daemon went, no daemon could be reached, or the daemon shut down before the run
+    /// ended. Neither the program's doing nor a bug:
+    /// running it again may succeed (one that had dispatched calls may have had their
+    /// effects). Version 4; below it, `internal`.
+    Lost,
+    /// The host ended the run: it cancelled it, or the person at the command line
+    /// interrupted it. Version 4; below it, `internal`.
+    Cancelled,
 }
 
 impl OutcomeKind {
@@ -153,10 +167,24 @@ impl OutcomeKind {
         OutcomeKind::Syntax,
         OutcomeKind::Invalid,
         OutcomeKind::Internal,
+        OutcomeKind::Lost,
+        OutcomeKind::Cancelled,
     ];
 
+    /// The kind as a peer speaking `version` knows it: `lost` and `cancelled` are
+    /// `internal` below version 4, so an older peer reads every outcome it is sent.
+    pub const fn for_version(self, version: u32) -> OutcomeKind {
+        match self {
+            OutcomeKind::Lost | OutcomeKind::Cancelled if version < LOST_AND_CANCELLED_VERSION => {
+                OutcomeKind::Internal
+            }
+            kind => kind,
+        }
+    }
+
     /// The kind as the wire writes it: `returned`, `thrown`, `timeout`, `memory`,
-    /// `payload`, `resultTooLarge`, `syntax`, `invalid` or `internal`.
+    /// `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost` or
+    /// `cancelled`.
     pub const fn as_str(self) -> &'static str {
         match self {
             OutcomeKind::Returned => "returned",
@@ -168,6 +196,8 @@ impl OutcomeKind {
             OutcomeKind::Syntax => "syntax",
             OutcomeKind::Invalid => "invalid",
             OutcomeKind::Internal => "internal",
+            OutcomeKind::Lost => "lost",
+            OutcomeKind::Cancelled => "cancelled",
         }
     }
 }
@@ -278,6 +308,14 @@ impl Outcome {
     pub fn failure(kind: OutcomeKind, text: impl Into<String>, logs: Vec<String>) -> Outcome {
         let kind = if kind == OutcomeKind::Returned { OutcomeKind::Internal } else { kind };
         Outcome::Error { error: text.into(), kind, location: None, logs }
+    }
+
+    /// The same outcome as a peer speaking `version` reads it ([`OutcomeKind::for_version`]).
+    pub fn for_version(mut self, version: u32) -> Outcome {
+        if let Outcome::Error { kind, .. } = &mut self {
+            *kind = kind.for_version(version);
+        }
+        self
     }
 
     /// The same outcome with `location` (an error outcome only; a returned one is unchanged).

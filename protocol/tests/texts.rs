@@ -130,6 +130,10 @@ fn the_limit_refusal_and_engine_texts_are_pinned() {
         "The engine did not stop after the deadline; its thread was abandoned and the executor replaced it."
     );
     assert_eq!(
+        WORKER_ENGINE_MISMATCH.fill(&["quickjs", "v8"]),
+        "The worker command says --engine quickjs but this executor runs v8: drop --engine from the worker command (the executor passes its engine to its workers), or make the two agree."
+    );
+    assert_eq!(
         V8_NOT_BUILT,
         "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs."
     );

@@ -1,8 +1,8 @@
 //! Wire types: exact JSON both ways.
 
 use codemode_protocol::wire::{
-    ClientMessage, Hello, LogLevel, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage,
-    negotiate,
+    ClientMessage, Hello, LOST_AND_CANCELLED_VERSION, LogLevel, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
+    RefusalReason, ServerMessage, negotiate,
 };
 use codemode_protocol::{
     Binary, ExecuteRequest, Location, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
@@ -123,6 +123,8 @@ fn every_kind_has_its_wire_name() {
         "syntax",
         "invalid",
         "internal",
+        "lost",
+        "cancelled",
     ];
     assert_eq!(OutcomeKind::ALL.len(), names.len());
     for (&kind, name) in OutcomeKind::ALL.iter().zip(names) {
@@ -185,7 +187,7 @@ fn an_outcome_that_breaks_the_rules_is_refused() {
     );
     assert_eq!(
         refusal(r#"{"error":"boom","kind":"late","logs":[]}"#),
-        "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal` at line 1 column 29"
+        "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost`, `cancelled` at line 1 column 29"
     );
     assert_eq!(refusal(r#"{"result":1}"#), "missing field `logs` at line 1 column 12");
     assert_eq!(
@@ -224,11 +226,12 @@ fn a_deep_result_crosses_the_wire() {
 
 #[test]
 fn a_connection_speaks_the_newest_version_both_sides_speak() {
-    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 3));
+    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 4));
     assert_eq!(negotiate(1), Some(1));
     assert_eq!(negotiate(2), Some(2));
     assert_eq!(negotiate(3), Some(3));
-    assert_eq!(negotiate(7), Some(3), "a newer client is answered with this side's newest");
+    assert_eq!(negotiate(4), Some(4));
+    assert_eq!(negotiate(7), Some(4), "a newer client is answered with this side's newest");
     assert_eq!(negotiate(0), None);
 }
 
@@ -240,7 +243,7 @@ fn messages() {
     );
     test_serialization(
         &ClientMessage::Hello(Hello::current()),
-        r#"{"type":"hello","protocol":"codemode","version":3}"#,
+        r#"{"type":"hello","protocol":"codemode","version":4}"#,
     );
     test_serialization(
         &ServerMessage::Log { execution: 1, level: LogLevel::Warn, line: "[warn] low".into() },
@@ -323,4 +326,32 @@ fn fetch_messages() {
         },
         r#"{"type":"fetchAnswer","execution":1,"call":4,"answer":{"error":"no"}}"#,
     );
+}
+
+/// Version 4's kinds: a run lost with what ran it, and a run the host ended. A peer below
+/// version 4 is sent `internal` for either, which it reads; every other kind is the same
+/// at every version.
+#[test]
+fn lost_and_cancelled_are_internal_below_version_4() {
+    let lost = Outcome::failure(OutcomeKind::Lost, texts::WORKER_PROCESS_DIED, Vec::new());
+    let cancelled = Outcome::failure(OutcomeKind::Cancelled, texts::CANCELLED, Vec::new());
+    assert_eq!(
+        serde_json::to_string(&lost).unwrap(),
+        format!(r#"{{"error":"{}","kind":"lost","logs":[]}}"#, texts::WORKER_PROCESS_DIED)
+    );
+    assert_eq!(
+        serde_json::to_string(&cancelled).unwrap(),
+        r#"{"error":"Execution was cancelled by the host.","kind":"cancelled","logs":[]}"#
+    );
+    for version in 1..LOST_AND_CANCELLED_VERSION {
+        assert_eq!(lost.clone().for_version(version).kind(), OutcomeKind::Internal);
+        assert_eq!(cancelled.clone().for_version(version).kind(), OutcomeKind::Internal);
+    }
+    assert_eq!(lost.clone().for_version(4).kind(), OutcomeKind::Lost);
+    assert_eq!(cancelled.clone().for_version(4).kind(), OutcomeKind::Cancelled);
+    for &kind in OutcomeKind::ALL {
+        if !matches!(kind, OutcomeKind::Lost | OutcomeKind::Cancelled) {
+            assert_eq!(kind.for_version(1), kind, "{kind}");
+        }
+    }
 }

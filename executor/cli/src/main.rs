@@ -107,8 +107,11 @@ enum Command {
     /// message per line), for conformance runners, process isolation and other hosts.
     #[command(after_help = STDIO_AFTER_HELP)]
     Stdio {
-        #[command(flatten)]
-        engine: EngineArg,
+        /// The JavaScript engine: quickjs, or v8 in a build with the `v8` feature. By
+        /// default the engine the host names in CODEMODE_ENGINE (process isolation passes
+        /// its own), else quickjs; given, it must agree with the host's.
+        #[arg(long = "engine", value_name = "NAME")]
+        engine: Option<String>,
     },
     /// Serve the executor as a daemon: every call travels back over the connection.
     Serve(Box<serve::ServeArgs>),
@@ -144,7 +147,7 @@ Exit status:
   0    the program returned: stdout holds {\"result\": ..., \"logs\": [...]}
   1    the program failed (threw, timed out, ran out of memory): stdout holds {\"error\": ..., \"kind\": ...}
   2    bad usage or unreadable input: nothing on stdout, stderr says what to fix
-  130  interrupted (Ctrl-C): stdout holds {\"error\": \"Execution was interrupted ...\", \"kind\": \"internal\", \"logs\": [...]}
+  130  interrupted (Ctrl-C): stdout holds {\"error\": \"Execution was interrupted ...\", \"kind\": \"cancelled\", \"logs\": [...]}
 
 Examples:
   codemode run executor/cli/examples/top-customers.js --db executor/cli/examples/shop.sql
@@ -241,7 +244,7 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => usage_error(problem),
         },
-        Command::Stdio { engine } => match engine.kind() {
+        Command::Stdio { engine } => match stdio_engine(engine.as_deref()) {
             Err(problem) => usage_error(problem),
             Ok(engine) => match stdio(engine) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -304,6 +307,12 @@ fn main() -> ExitCode {
 fn usage_error(problem: String) -> ExitCode {
     eprintln!("codemode: {problem}");
     ExitCode::from(2)
+}
+
+/// The engine `codemode stdio` serves on: its `--engine`, agreeing with the host's.
+fn stdio_engine(flag: Option<&str>) -> Result<EngineKind, String> {
+    let flag = flag.map(|name| name.parse::<EngineKind>().map_err(|e| e.to_string())).transpose()?;
+    codemode_executor::wire::worker::worker_engine(flag).map_err(|e| e.to_string())
 }
 
 /// A worker of process isolation: confined as its host asks (`wire::worker`).
@@ -482,10 +491,10 @@ fn run(
     let mut config = config(engine);
     let worker = if isolation == IsolationArg::Process {
         let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
-        let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
+        // The worker takes its engine from the executor (`CODEMODE_ENGINE`).
         config.confinement = confinement;
         config.workers = 1;
-        Some(WorkerCommand::new(program, args))
+        Some(WorkerCommand::new(program, ["stdio"]))
     } else {
         None
     };

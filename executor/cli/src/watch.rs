@@ -203,7 +203,7 @@ fn millis(duration: Duration) -> String {
 
 /// The outcome of a run Ctrl-C ended, with the logs heard until then.
 pub(crate) fn interrupted(logs: Vec<String>) -> Outcome {
-    Outcome::failure(OutcomeKind::Internal, texts::INTERRUPTED, logs)
+    Outcome::failure(OutcomeKind::Cancelled, texts::INTERRUPTED, logs)
 }
 
 /// The outcome for a person: the logs (unless `--trace` showed them), then

@@ -440,7 +440,7 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
     let killed = Instant::now();
     for run in pending {
         let outcome = run.await.unwrap();
-        assert_eq!(outcome.kind(), codemode_protocol::OutcomeKind::Internal);
+        assert_eq!(outcome.kind(), codemode_protocol::OutcomeKind::Lost);
         assert_eq!(
             outcome.error_text(),
             Some(
@@ -454,7 +454,7 @@ async fn when_the_daemon_dies_every_pending_execute_resolves_with_a_clear_error(
     assert_eq!(
         json(&after),
         format!(
-            r#"{{"error":"The daemon cannot be reached (cannot connect to {}: Connection refused (os error 111)). The execution did not run; run it again.","kind":"internal","logs":[]}}"#,
+            r#"{{"error":"The daemon cannot be reached (cannot connect to {}: Connection refused (os error 111)). The execution did not run; run it again.","kind":"lost","logs":[]}}"#,
             path.display()
         )
     );
@@ -951,7 +951,7 @@ async fn a_broken_connection_fails_its_pending_executions_and_the_next_execute_c
                 .dispatch(|_: ToolCall| async { format!(r#"{{"result":"{}"}}"#, "x".repeat(2_000_000)) }),
         )
         .await;
-    let lost = r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"internal","logs":[]}"#;
+    let lost = r#"{"error":"The connection to the daemon closed before the run ended. The execution is lost; run it again.","kind":"lost","logs":[]}"#;
     assert_eq!(json(&broken), lost);
     assert_eq!(json(&waiting.await.unwrap()), lost);
     assert_eq!(

@@ -150,7 +150,7 @@ async fn a_fleet_loses_nothing_it_may_not_and_runs_no_call_twice() {
         let (id, outcome, expected) = run.await.unwrap();
         if outcome != format!(r#"{{"result":{expected},"logs":[]}}"#) {
             let lost_text =
-                format!(r#"{{"error":"{}","kind":"internal","logs":[]}}"#, texts::DAEMON_CONNECTION_LOST);
+                format!(r#"{{"error":"{}","kind":"lost","logs":[]}}"#, texts::DAEMON_CONNECTION_LOST);
             assert_eq!(outcome, lost_text, "execution {id}");
             lost.push(id);
         }

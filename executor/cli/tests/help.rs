@@ -84,7 +84,7 @@ Exit status:
   0    the program returned: stdout holds {"result": ..., "logs": [...]}
   1    the program failed (threw, timed out, ran out of memory): stdout holds {"error": ..., "kind": ...}
   2    bad usage or unreadable input: nothing on stdout, stderr says what to fix
-  130  interrupted (Ctrl-C): stdout holds {"error": "Execution was interrupted ...", "kind": "internal", "logs": [...]}
+  130  interrupted (Ctrl-C): stdout holds {"error": "Execution was interrupted ...", "kind": "cancelled", "logs": [...]}
 
 Examples:
   codemode run executor/cli/examples/top-customers.js --db executor/cli/examples/shop.sql

@@ -230,3 +230,92 @@ async fn a_watched_run_in_a_worker_hears_its_logs_as_they_happen() {
     assert_eq!(*log_first.lock().unwrap(), Some(true), "the log line was heard before the call's answer");
     assert_eq!(*events.lock().unwrap(), ["log a", "start 1 store.find [1]", "end 1 ok", "log b"]);
 }
+
+/// The engine is named once, in the executor's config: a worker command that names
+/// another is refused before any worker starts, and one that names none runs on the
+/// executor's engine (the executor passes it in `CODEMODE_ENGINE`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_engine_is_named_once_and_a_worker_command_naming_another_is_refused() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let program = env!("CARGO_BIN_EXE_codemode");
+    let before = worker_pids();
+    let config = ExecutorConfig::default().workers(1).confinement(Confinement::Off);
+    for args in [&["stdio", "--engine", "v8"][..], &["stdio", "--engine=v8"]] {
+        let mismatched =
+            ProcessExecutor::new(config.clone(), WorkerCommand::new(program, args.iter().copied()));
+        let outcome = mismatched.execute(Request::new("async () => 1")).await;
+        assert_eq!(outcome.kind(), OutcomeKind::Invalid, "{args:?}");
+        assert_eq!(
+            outcome.error_text(),
+            Some(codemode_protocol::texts::WORKER_ENGINE_MISMATCH.fill(&["v8", "quickjs"]).as_str()),
+            "{args:?}"
+        );
+    }
+    assert!(worker_pids().is_subset(&before), "no worker was started for a refused run");
+    let named_once = ProcessExecutor::new(config, WorkerCommand::new(program, ["stdio"]));
+    let outcome = named_once.execute(Request::new("async () => 6 * 7")).await;
+    assert_eq!(json(&outcome), r#"{"result":42,"logs":[]}"#);
+}
+
+/// `codemode stdio` takes its host's engine, and refuses a `--engine` that disagrees
+/// with it, before its hello, saying both.
+#[test]
+fn a_worker_whose_engine_disagrees_with_its_hosts_refuses_to_start() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["stdio", "--engine", "quickjs"])
+        .env("CODEMODE_ENGINE", "v8")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert_eq!(output.stdout, b"", "no hello");
+    let expected = if cfg!(feature = "v8") {
+        format!("codemode: {}\n", codemode_protocol::texts::WORKER_ENGINE_MISMATCH.fill(&["quickjs", "v8"]))
+    } else {
+        "codemode: CODEMODE_ENGINE: this build has no V8 engine: build with `--features v8`; built in: quickjs\n".to_owned()
+    };
+    assert_eq!(String::from_utf8_lossy(&output.stderr), expected);
+}
+
+/// A worker process that dies mid-run ends the run with kind `lost` (not `internal`, which
+/// is a bug's): a host retries by kind, never by text. The next run, at once, gets a live
+/// worker, not the ready one that was killed beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_dies_mid_run_ends_it_lost() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let executor = isolated();
+    let outcome = executor
+        .execute(
+            Request::new("async () => await store.x()")
+                .provider(ProviderDescriptor::new("store", ["x"]))
+                .dispatch(|_: ToolCall| async {
+                    // The worker waits for this answer: it dies instead.
+                    for pid in worker_pids() {
+                        let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+                    }
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    r#"{"result":"too late"}"#.to_owned()
+                }),
+        )
+        .await;
+    assert_eq!(outcome.kind(), OutcomeKind::Lost);
+    assert_eq!(
+        json(&outcome),
+        format!(r#"{{"error":"{}","kind":"lost","logs":[]}}"#, codemode_protocol::texts::WORKER_PROCESS_DIED)
+    );
+    // At once: the worker kept ready was killed too, and is not handed this run.
+    let next = executor.execute(Request::new("async () => 'fresh'")).await;
+    assert_eq!(json(&next), r#"{"result":"fresh","logs":[]}"#);
+    // A ready worker killed while it waits, a run right after: it runs on a live one.
+    let waited = Instant::now();
+    while worker_pids().is_empty() {
+        assert!(waited.elapsed() < Duration::from_secs(10), "no worker kept ready");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for pid in worker_pids() {
+        let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
+    }
+    let after = executor.execute(Request::new("async () => 'alive'")).await;
+    assert_eq!(json(&after), r#"{"result":"alive","logs":[]}"#);
+}

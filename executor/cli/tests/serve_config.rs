@@ -49,7 +49,7 @@ fn a_config_file_sets_the_executor_the_limits_and_the_connections() {
     assert_eq!(executor.engine, EngineKind::QuickJs);
     let command = config.worker_command("/usr/bin/codemode".into()).unwrap().unwrap();
     assert_eq!(command.program, std::path::Path::new("/usr/bin/codemode"));
-    assert_eq!(command.args, ["stdio", "--engine", "quickjs"]);
+    assert_eq!(command.args, ["stdio"], "the executor passes its engine to its workers");
     assert_eq!(
         from_toml("").unwrap().worker_command("codemode".into()).unwrap(),
         None,

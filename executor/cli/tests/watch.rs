@@ -203,7 +203,7 @@ fn ctrl_c_keeps_the_logs_heard(args: &[&str]) {
     assert_eq!(status.code(), Some(130));
     assert_eq!(
         stdout,
-        r#"{"error":"Execution was interrupted before it ended; the logs are the ones written until then.","kind":"internal","logs":["a"]}"#
+        r#"{"error":"Execution was interrupted before it ended; the logs are the ones written until then.","kind":"cancelled","logs":["a"]}"#
             .to_owned()
             + "\n"
     );

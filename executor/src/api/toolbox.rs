@@ -155,6 +155,38 @@ impl Provider {
 
     /// Register a plain (not async) tool, as [`Provider::tool`]. It runs where the call is
     /// answered, at the moment the program makes it: it must not block.
+    ///
+    /// What the program passes follows the argument type `A`, one form each:
+    ///
+    /// ```
+    /// use codemode_executor::{Executor, Provider, Request, Toolbox};
+    /// use serde::Deserialize;
+    ///
+    /// #[derive(Deserialize, schemars::JsonSchema)]
+    /// struct Range { from: f64, to: f64 }
+    ///
+    /// let toolbox = Toolbox::new([Provider::new("math")
+    ///     // Any type that is not a tuple or a struct is one parameter: `math.double(4)`.
+    ///     .sync_tool("double", "Twice n.", |n: f64, _| Ok::<_, String>(n * 2.0))
+    ///     // A tuple's items are the parameters, in order: `math.add(1, 2)`.
+    ///     .sync_tool("add", "a + b.", |(a, b): (f64, f64), _| Ok::<_, String>(a + b))
+    ///     // A one-item tuple is one parameter too: `math.negate(5)`.
+    ///     .sync_tool("negate", "-n.", |(n,): (f64,), _| Ok::<_, String>(-n))
+    ///     // A struct's fields are the parameters, in order: `math.span(1, 4)`.
+    ///     .sync_tool("span", "to - from.", |r: Range, _| Ok::<_, String>(r.to - r.from))
+    ///     // `()` is none: `math.pi()`.
+    ///     .sync_tool("pi", "π.", |(): (), _| Ok::<_, String>(std::f64::consts::PI.floor()))])
+    /// .unwrap();
+    /// let code = "async () => [await math.double(4), await math.add(1, 2), await math.negate(5), \
+    ///             await math.span(1, 4), await math.pi()]";
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let outcome = Executor::default().execute(Request::new(code).toolbox(&toolbox)).await;
+    /// assert_eq!(outcome.to_json_string(), r#"{"result":[8,3,-5,3,3],"logs":[]}"#);
+    /// # });
+    /// ```
+    ///
+    /// With [`Provider::options_object`] a struct is one object instead:
+    /// `math.span({ from: 1, to: 4 })`.
     pub fn sync_tool<A, T, E, F>(
         self,
         name: impl Into<String>,

@@ -29,6 +29,22 @@ pub struct ProcessExecutor {
 struct Inner {
     config: ExecutorConfig,
     pool: ProcessPool,
+    /// Why every run is refused: the worker command names another engine.
+    mismatch: Option<String>,
+}
+
+/// The engine a worker command names with `--engine NAME` or `--engine=NAME`, if any.
+fn command_engine(command: &WorkerCommand) -> Option<String> {
+    let mut args = command.args.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--engine" {
+            return args.next().cloned();
+        }
+        if let Some(name) = arg.strip_prefix("--engine=") {
+            return Some(name.to_owned());
+        }
+    }
+    None
 }
 
 impl ProcessExecutor {
@@ -36,14 +52,19 @@ impl ProcessExecutor {
     /// engine, limits, ceilings, confinement and answer spin; `config.workers` workers
     /// are kept ready.
     pub fn new(config: ExecutorConfig, command: WorkerCommand) -> ProcessExecutor {
+        // The command's own `--engine`, when it names another engine: every run is refused.
+        let mismatch = command_engine(&command).filter(|named| *named != config.engine.name()).map(|named| {
+            codemode_protocol::texts::WORKER_ENGINE_MISMATCH.fill(&[named.as_str(), config.engine.name()])
+        });
         let pool = ProcessPool::new(
             command,
+            config.engine,
             config.workers,
             config.confinement,
             config.ceilings.memory_limit_bytes,
             config.answer_spin,
         );
-        ProcessExecutor { inner: Arc::new(Inner { config, pool }) }
+        ProcessExecutor { inner: Arc::new(Inner { config, pool, mismatch }) }
     }
 
     /// The configuration it runs with.
@@ -55,6 +76,9 @@ impl ProcessExecutor {
     /// the run `internal` and is replaced. Dropping the future kills the worker.
     pub async fn execute(&self, request: Request) -> Outcome {
         let (request, _end) = request.open();
+        if let Some(mismatch) = &self.inner.mismatch {
+            return Outcome::failure(OutcomeKind::Invalid, mismatch.clone(), Vec::new());
+        }
         let limits = match request.limits(&self.inner.config) {
             Ok(limits) => limits,
             Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),

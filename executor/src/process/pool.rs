@@ -34,7 +34,7 @@ use codemode_protocol::{Outcome, OutcomeKind, texts};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 
-use crate::api::config::Limits;
+use crate::api::config::{EngineKind, Limits};
 use crate::api::request::Request;
 use crate::api::watch::{Logs, WireEvents};
 use crate::confine::{self, Confinement};
@@ -95,12 +95,33 @@ fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
     tail
 }
 
+/// How one run on one worker ended.
+enum Attempt {
+    Ended(Outcome),
+    /// The worker died first; whether any of the run's calls or fetches had reached the
+    /// host, and the outcome that says so.
+    Died {
+        reached_host: bool,
+        outcome: Outcome,
+    },
+}
+
+impl Attempt {
+    fn outcome(self) -> Outcome {
+        match self {
+            Attempt::Ended(outcome) | Attempt::Died { outcome, .. } => outcome,
+        }
+    }
+}
+
 pub(crate) struct ProcessPool {
     shared: Arc<PoolShared>,
 }
 
 struct PoolShared {
     command: WorkerCommand,
+    /// The executor's engine, which its workers take.
+    engine: EngineKind,
     confinement: Confinement,
     /// The data-segment cap a confined worker sets (above the memory ceiling).
     data_limit_bytes: u64,
@@ -119,6 +140,7 @@ struct PoolShared {
 impl ProcessPool {
     pub(crate) fn new(
         command: WorkerCommand,
+        engine: EngineKind,
         keep_idle: usize,
         confinement: Confinement,
         memory_ceiling: usize,
@@ -128,6 +150,7 @@ impl ProcessPool {
         let data_limit_bytes = (memory_ceiling as u64).saturating_mul(2).saturating_add(2 << 30);
         let shared = PoolShared {
             command,
+            engine,
             confinement,
             data_limit_bytes,
             answer_spin,
@@ -160,6 +183,7 @@ impl ProcessPool {
             // Replace what this run uses before it starts, so the next one finds it ready.
             PoolShared::refill(shared);
         }
+        let reused = taken.is_some();
         let worker = match taken {
             Some(worker) => worker,
             None => match shared.spawn().await {
@@ -170,29 +194,47 @@ impl ProcessPool {
             },
         };
         let logs = if worker.session.version() >= 3 { Logs::Live } else { Logs::WithOutcome };
-        (self.run_on(worker, request, limits).await, logs)
+        let deadline = tokio::time::Instant::now() + limits.timeout + KILL_GRACE;
+        match self.run_on(worker, &request, limits, deadline).await {
+            // A ready worker that died as it was taken (killed while it waited, its exit
+            // not yet seen) lost a run that nothing of reached the host: it runs once more,
+            // on a worker of its own, as a daemon's run goes elsewhere in the same case.
+            Attempt::Died { reached_host: false, outcome } if reused => match shared.spawn().await {
+                Ok(worker) => (self.run_on(worker, &request, limits, deadline).await.outcome(), logs),
+                Err(_) => (outcome, logs),
+            },
+            attempt => (attempt.outcome(), logs),
+        }
     }
 
-    async fn run_on(&self, mut worker: Worker, request: Request, limits: &Limits) -> Outcome {
+    async fn run_on(
+        &self,
+        mut worker: Worker,
+        request: &Request,
+        limits: &Limits,
+        deadline: tokio::time::Instant,
+    ) -> Attempt {
         let shared = &self.shared;
         let timeout = limits.timeout;
-        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
-        match tokio::time::timeout_at(deadline, run(&mut worker, &request, limits)).await {
+        match tokio::time::timeout_at(deadline, run(&mut worker, request, limits)).await {
             Ok(Ok(outcome)) => {
-                let spent = matches!(outcome.kind(), OutcomeKind::Timeout | OutcomeKind::Internal);
+                let spent = matches!(
+                    outcome.kind(),
+                    OutcomeKind::Timeout | OutcomeKind::Internal | OutcomeKind::Lost | OutcomeKind::Cancelled
+                );
                 if spent || shared.confinement.confines() {
                     // A confined worker has seen a program: it serves no other.
                     let _ = worker.child.start_kill();
                 } else {
                     shared.put_idle(worker);
                 }
-                outcome
+                Attempt::Ended(outcome)
             }
-            Ok(Err(_)) => died(worker).await,
+            Ok(Err(reached_host)) => Attempt::Died { reached_host, outcome: died(worker).await },
             Err(_) => {
                 let _ = worker.child.start_kill();
                 let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
-                Outcome::failure(OutcomeKind::Timeout, text, Vec::new())
+                Attempt::Ended(Outcome::failure(OutcomeKind::Timeout, text, Vec::new()))
             }
         }
     }
@@ -213,6 +255,7 @@ impl PoolShared {
             command.env(confine::DATA_LIMIT_VAR, self.data_limit_bytes.to_string());
         }
         command.env(crate::wire::worker::ANSWER_SPIN_VAR, self.answer_spin.as_micros().to_string());
+        command.env(crate::wire::worker::ENGINE_VAR, self.engine.name());
         // The host's time zone, so a worker's dates read as an in-process run's.
         if let Some(zone) = std::env::var_os("TZ") {
             command.env("TZ", zone);
@@ -280,8 +323,17 @@ impl PoolShared {
         }
     }
 
+    /// A ready worker still alive: one that died while it waited (its process has exited,
+    /// or its session closed) is dropped here rather than handed a run it would lose.
     fn take_idle(&self) -> Option<Worker> {
-        lock(&self.idle).pop()
+        let mut idle = lock(&self.idle);
+        while let Some(mut worker) = idle.pop() {
+            let exited = !matches!(worker.child.try_wait(), Ok(None));
+            if !exited && !worker.session.is_closed() {
+                return Some(worker);
+            }
+        }
+        None
     }
 
     fn put_idle(&self, worker: Worker) {
@@ -329,7 +381,7 @@ async fn died(mut worker: Worker) -> Outcome {
         _ => "no exit status yet".to_owned(),
     };
     tracing::warn!(pid, status = %status, stderr = %tail, "worker process ended mid-run");
-    Outcome::failure(OutcomeKind::Internal, texts::WORKER_PROCESS_DIED, Vec::new())
+    Outcome::failure(OutcomeKind::Lost, texts::WORKER_PROCESS_DIED, Vec::new())
 }
 
 /// A failed worker's exit status, as text, if it comes within [`EXIT_WAIT`].
@@ -348,8 +400,9 @@ fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
 }
 
 /// One execution on a worker process: its calls are served as they arrive (by the
-/// session's reader), until the outcome arrives.
-async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, Ended> {
+/// session's reader), until the outcome arrives. `Err` when the worker went first, with
+/// whether any of the run's calls or fetches had reached the host.
+async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, bool> {
     let execution = worker.next_execution;
     worker.next_execution += 1;
     // Only a worker of version 3 or newer knows `events`; an older one refuses it.
@@ -363,15 +416,14 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
     let mut wire = request.to_wire();
     wire.events = handlers.events.is_some();
     let Some(frame) = encode_frame(&ClientMessage::Execute { execution, request: wire }, usize::MAX) else {
-        return Err(Ended::Lost);
+        return Err(false);
     };
-    let submitted = worker.session.submit(execution, frame, handlers);
+    let mut submitted = worker.session.submit(execution, frame, handlers);
     if !submitted.sent {
-        return Err(Ended::Lost);
+        return Err(false);
     }
-    match submitted.ended.await {
+    match (&mut submitted.ended).await {
         Ok(Ended::Outcome(outcome)) => Ok(outcome),
-        Ok(ended) => Err(ended),
-        Err(_) => Err(Ended::Lost),
+        Ok(_) | Err(_) => Err(submitted.reached_host()),
     }
 }

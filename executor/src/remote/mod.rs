@@ -431,7 +431,7 @@ impl RemoteExecutor {
             let Some(remote) = self.fleet.pick(&tried) else {
                 let text = texts::DAEMON_UNREACHABLE.fill(&["no daemon is known"]);
                 let outcome =
-                    failure.unwrap_or_else(|| Outcome::failure(OutcomeKind::Internal, text, Vec::new()));
+                    failure.unwrap_or_else(|| Outcome::failure(OutcomeKind::Lost, text, Vec::new()));
                 return (outcome, None, Logs::Live);
             };
             let _busy = InFlight::new(&remote);
@@ -439,7 +439,7 @@ impl RemoteExecutor {
                 Ok(connection) => connection,
                 Err(problem) => {
                     let text = texts::DAEMON_UNREACHABLE.fill(&[&problem.to_string()]);
-                    failure = Some(Outcome::failure(OutcomeKind::Internal, text, Vec::new()));
+                    failure = Some(Outcome::failure(OutcomeKind::Lost, text, Vec::new()));
                     tried.push(remote);
                     continue;
                 }
@@ -556,5 +556,5 @@ fn admission(request: &Request) -> Admission {
 }
 
 fn connection_lost() -> Outcome {
-    Outcome::failure(OutcomeKind::Internal, texts::DAEMON_CONNECTION_LOST, Vec::new())
+    Outcome::failure(OutcomeKind::Lost, texts::DAEMON_CONNECTION_LOST, Vec::new())
 }

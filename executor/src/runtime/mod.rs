@@ -471,7 +471,7 @@ impl<E: Engine> Execution<E> {
         if Instant::now() >= self.deadline {
             return Settlement::timeout(&state.limits);
         }
-        Settlement::Failed(OutcomeKind::Internal, texts::CANCELLED.to_owned())
+        Settlement::Failed(OutcomeKind::Cancelled, texts::CANCELLED.to_owned())
     }
 
     /// A failure while booting or running a turn: a thrown value is the run's error until it settles.

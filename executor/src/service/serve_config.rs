@@ -303,14 +303,13 @@ impl ServeConfig {
         })
     }
 
-    /// With `isolation = "process"`, the command each worker is started with: `worker`
-    /// and `stdio --engine <engine>`.
+    /// With `isolation = "process"`, the command each worker is started with: `worker
+    /// stdio` (the executor passes its engine to its workers).
     pub fn worker_command(&self, worker: PathBuf) -> Result<Option<WorkerCommand>, ConfigError> {
         if self.executor.isolation != Some(IsolationKind::Process) {
             return Ok(None);
         }
-        let engine = self.executor_config()?.engine;
-        Ok(Some(WorkerCommand::new(worker, ["stdio", "--engine", engine.name()])))
+        Ok(Some(WorkerCommand::new(worker, ["stdio"])))
     }
 
     /// The configuration of the executor it describes. The defaults must lie within the

@@ -834,8 +834,8 @@ impl Executions {
             lock(&self.waiting).retain(|(owner, _), _| *owner != execution);
             lock(&self.fetch_waiting).retain(|(owner, _), _| *owner != execution);
             tracing::info!(execution, outcome = "cancelled", "execution ended");
-            crate::service::metrics::ended(OutcomeKind::Internal.as_str());
-            let outcome = Outcome::failure(OutcomeKind::Internal, texts::CANCELLED, Vec::new());
+            crate::service::metrics::ended(OutcomeKind::Cancelled.as_str());
+            let outcome = Outcome::failure(OutcomeKind::Cancelled, texts::CANCELLED, Vec::new());
             let _ = self.out.push(ServerMessage::Outcome { execution, outcome });
         }
         lock(&self.retained).remove(&execution);
@@ -846,7 +846,7 @@ impl Executions {
         let text = texts::DAEMON_SHUT_DOWN.fill(&[&timeout.as_millis().to_string()]);
         for (execution, task) in lock(&self.running).drain() {
             task.abort();
-            let outcome = Outcome::failure(OutcomeKind::Internal, text.clone(), Vec::new());
+            let outcome = Outcome::failure(OutcomeKind::Lost, text.clone(), Vec::new());
             let _ = self.out.push(ServerMessage::Outcome { execution, outcome });
             tracing::info!(execution, outcome = "shutdown", "execution ended");
             crate::service::metrics::ended("shutdown");
@@ -969,6 +969,8 @@ struct Outgoing {
 
 struct OutgoingState {
     out: BoundedWriter,
+    /// The connection's version: an outcome's kind is sent as that version knows it.
+    version: u32,
     send_timeout: Option<Duration>,
     opened: Instant,
     /// Milliseconds from `opened` to the last message read.
@@ -987,6 +989,7 @@ impl Outgoing {
         }
         let state = Arc::new(OutgoingState {
             out: BoundedWriter::new(writer, options.max_frame_bytes, options.max_queued_bytes),
+            version,
             send_timeout: options.send_timeout,
             opened: Instant::now(),
             activity: AtomicU64::new(0),
@@ -1003,6 +1006,12 @@ impl Outgoing {
 
     /// Send `message` now; `Err` gives it back when it is longer than the frame bound.
     fn push(&self, message: ServerMessage) -> Result<(), ServerMessage> {
+        let message = match message {
+            ServerMessage::Outcome { execution, outcome } => {
+                ServerMessage::Outcome { execution, outcome: outcome.for_version(self.state.version) }
+            }
+            other => other,
+        };
         match encode_frame(&message, self.limit()) {
             Some(frame) => {
                 self.writer().send(frame);
@@ -1095,6 +1104,7 @@ impl Outgoing {
     /// outcome.
     fn outcome_frame(&self, execution: u64, outcome: Outcome) -> OutcomeFrame {
         let kind = outcome.kind();
+        let outcome = outcome.for_version(self.state.version);
         let max = self.limit();
         let message = ServerMessage::Outcome { execution, outcome };
         if let Some(length) = frame_length(&message, max) {

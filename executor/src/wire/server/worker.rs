@@ -11,6 +11,26 @@
 /// [`crate::ExecutorConfig::answer_spin`] in microseconds (absent: the default).
 pub(crate) const ANSWER_SPIN_VAR: &str = "CODEMODE_ANSWER_SPIN_US";
 
+/// What a worker process's host tells it in its environment: the engine its executor runs
+/// (`quickjs`, `v8`), so the worker command need not name one.
+pub const ENGINE_VAR: &str = "CODEMODE_ENGINE";
+
+/// The engine a worker serves on: `flag` (its `--engine`) or its host's [`ENGINE_VAR`],
+/// which must agree when both are given; neither is QuickJS.
+pub fn worker_engine(flag: Option<EngineKind>) -> Result<EngineKind, WorkerError> {
+    let host = match std::env::var(ENGINE_VAR) {
+        Ok(name) => Some(name.parse::<EngineKind>().map_err(WorkerError::Engine)?),
+        Err(_) => None,
+    };
+    match (flag, host) {
+        (Some(flag), Some(host)) if flag != host => {
+            Err(WorkerError::EngineMismatch { worker: flag.name(), engine: host.name() })
+        }
+        (Some(engine), _) | (None, Some(engine)) => Ok(engine),
+        (None, None) => Ok(EngineKind::default()),
+    }
+}
+
 use crate::confine::{self, ConfineError};
 use crate::wire::server::ConnectionError;
 use crate::{EngineKind, Executor, ExecutorConfig, Request};
@@ -49,6 +69,18 @@ pub enum WorkerError {
     /// The serving task was cancelled before it ended.
     #[error("the worker's serving task ended early: {0}")]
     Task(#[source] tokio::task::JoinError),
+    /// The host's [`ENGINE_VAR`] names no engine of this build.
+    #[error("{ENGINE_VAR}: {0}")]
+    Engine(#[source] crate::ParseEngineError),
+    /// The worker's `--engine` is not the engine its host runs
+    /// ([`codemode_protocol::texts::WORKER_ENGINE_MISMATCH`]).
+    #[error("{}", codemode_protocol::texts::WORKER_ENGINE_MISMATCH.fill(&[worker, engine]))]
+    EngineMismatch {
+        /// The worker's `--engine`.
+        worker: &'static str,
+        /// The host's engine.
+        engine: &'static str,
+    },
 }
 
 /// Serve the wire protocol on stdin and stdout at the level the host asked for, on
