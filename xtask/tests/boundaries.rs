@@ -83,33 +83,9 @@ fn paths_of(file: &Path) -> Vec<Vec<String>> {
     paths.0
 }
 
-/// The crate-root names `lib.rs` re-exports, and the module each comes from.
-fn reexports(lib: &Path) -> BTreeMap<String, Vec<String>> {
-    let text = std::fs::read_to_string(lib).unwrap();
-    let parsed = syn::parse_file(&text).unwrap();
-    let mut names = BTreeMap::new();
-    for item in parsed.items {
-        if let syn::Item::Use(item) = item {
-            let mut paths = Paths::default();
-            paths.tree(&mut Vec::new(), &item.tree);
-            for path in paths.0 {
-                if let Some((name, module)) = path.split_last() {
-                    names.insert(name.clone(), module.to_vec());
-                }
-            }
-        }
-    }
-    names
-}
-
-/// The module a path of `module` names, if it is one of the crate's own.
-fn target(
-    module: &[String],
-    path: &[String],
-    known: &BTreeSet<Vec<String>>,
-    roots: &BTreeMap<String, Vec<String>>,
-) -> Option<Vec<String>> {
-    let mut absolute: Vec<String> = match path.first().map(String::as_str) {
+/// `path`, written in `module`, from the crate's root; `None` for another crate's.
+fn absolute(module: &[String], path: &[String]) -> Option<Vec<String>> {
+    Some(match path.first().map(String::as_str) {
         Some("crate") => path[1..].to_vec(),
         Some("super") => {
             let mut base = module.to_vec();
@@ -122,9 +98,51 @@ fn target(
         }
         Some("self") => [module.to_vec(), path[1..].to_vec()].concat(),
         _ => return None,
-    };
-    if let Some(module) = absolute.first().and_then(|first| roots.get(first)) {
-        absolute = [module.clone(), absolute[1..].to_vec()].concat();
+    })
+}
+
+/// Every name a module re-exports (`pub use`, `pub(crate) use`), from the crate's root, and
+/// what it stands for: `wire::worker` is `wire::server::worker`.
+fn aliases(modules: &[(Vec<String>, PathBuf)]) -> BTreeMap<Vec<String>, Vec<String>> {
+    let mut aliases = BTreeMap::new();
+    for (module, file) in modules {
+        let parsed = syn::parse_file(&std::fs::read_to_string(file).unwrap()).unwrap();
+        for item in parsed.items {
+            let syn::Item::Use(item) = item else { continue };
+            if matches!(item.vis, syn::Visibility::Inherited) {
+                continue;
+            }
+            let mut paths = Paths::default();
+            paths.tree(&mut Vec::new(), &item.tree);
+            for path in paths.0 {
+                if let (Some(name), Some(to)) = (path.last(), absolute(module, &path)) {
+                    aliases.insert([module.clone(), vec![name.clone()]].concat(), to);
+                }
+            }
+        }
+    }
+    aliases
+}
+
+/// The module a path of `module` names, if it is one of the crate's own, through the
+/// crate root's and every module's re-exports.
+fn target(
+    module: &[String],
+    path: &[String],
+    known: &BTreeSet<Vec<String>>,
+    aliases: &BTreeMap<Vec<String>, Vec<String>>,
+) -> Option<Vec<String>> {
+    let mut absolute = absolute(module, path)?;
+    // A re-export stands for what it names; followed a few times (an alias of an alias).
+    for _ in 0..4 {
+        let alias = (1..=absolute.len()).rev().find_map(|n| {
+            let to = aliases.get(&absolute[..n])?;
+            (to.as_slice() != &absolute[..n]).then(|| [to.clone(), absolute[n..].to_vec()].concat())
+        });
+        match alias {
+            Some(resolved) => absolute = resolved,
+            None => break,
+        }
     }
     (1..=absolute.len()).rev().map(|n| absolute[..n].to_vec()).find(|prefix| known.contains(prefix))
 }
@@ -132,12 +150,12 @@ fn target(
 fn graph() -> BTreeMap<Vec<String>, BTreeSet<Vec<String>>> {
     let modules = modules();
     let known: BTreeSet<Vec<String>> = modules.iter().map(|(m, _)| m.clone()).collect();
-    let roots = reexports(&src().join("lib.rs"));
+    let aliases = aliases(&modules);
     let mut graph = BTreeMap::new();
     for (module, file) in &modules {
         let edges: BTreeSet<Vec<String>> = paths_of(file)
             .iter()
-            .filter_map(|path| target(module, path, &known, &roots))
+            .filter_map(|path| target(module, path, &known, &aliases))
             // A module naming its own children or itself is structure, not a dependency.
             .filter(|to| !to.starts_with(module) && !module.is_empty())
             .collect();

@@ -176,19 +176,17 @@ fn no_function_of_the_executor_is_longer_than_a_screenful_without_saying_why() {
         let lines: Vec<&str> = text.lines().collect();
         for (at, line) in lines.iter().enumerate() {
             let code = line.trim_start();
-            let is_fn = ["fn ", "pub fn ", "pub(crate) fn ", "pub(super) fn ", "async fn ", "pub async fn "]
-                .iter()
-                .any(|start| code.starts_with(start) || code.starts_with(&format!("pub(crate) {start}")));
-            if !is_fn || code.ends_with(';') {
+            if !opens_a_function(code) || code.ends_with(';') {
                 continue;
             }
             // rustfmt closes a body at the indentation it opened at.
             let closing = format!("{}}}", &line[..line.len() - code.len()]);
             let Some(length) = lines[at..].iter().position(|l| *l == closing) else { continue };
+            // The comment above it, past its attributes.
             let said = lines[..at]
                 .iter()
                 .rev()
-                .take_while(|l| l.trim_start().starts_with("//"))
+                .take_while(|l| l.trim_start().starts_with("//") || l.trim_start().starts_with("#["))
                 .any(|l| l.contains("stays whole"));
             if length + 1 > LONGEST_FUNCTION && !said {
                 long.push(format!("{}:{} ({} lines)", file.display(), at + 1, length + 1));
@@ -199,4 +197,46 @@ fn no_function_of_the_executor_is_longer_than_a_screenful_without_saying_why() {
         long.is_empty(),
         "functions over {LONGEST_FUNCTION} lines with no comment saying why they stay whole: {long:?}"
     );
+}
+
+/// Whether a line opens a function: any visibility, then any of `const`, `async`,
+/// `unsafe`, `extern "ABI"`, then `fn `.
+fn opens_a_function(code: &str) -> bool {
+    let mut rest = code;
+    if let Some(after) = rest.strip_prefix("pub") {
+        rest = match after.strip_prefix('(') {
+            Some(scope) => scope.split_once(") ").map_or("", |(_, rest)| rest),
+            None => after.trim_start(),
+        };
+    }
+    loop {
+        let next = ["const ", "async ", "unsafe ", "extern "].iter().find_map(|word| rest.strip_prefix(word));
+        match next {
+            Some(after) if rest.starts_with("extern ") => {
+                rest =
+                    after.strip_prefix('"').and_then(|abi| abi.split_once("\" ")).map_or(after, |(_, r)| r);
+            }
+            Some(after) => rest = after,
+            None => return rest.starts_with("fn "),
+        }
+    }
+}
+
+#[test]
+fn a_function_is_told_whatever_its_qualifiers() {
+    for line in [
+        "fn a() {",
+        "pub fn a() {",
+        "pub(crate) async fn a() {",
+        "pub(super) async fn a() {",
+        "pub(in crate::x) fn a() {",
+        "const fn a() {",
+        "pub const unsafe fn a() {",
+        "unsafe extern \"C\" fn a() {",
+    ] {
+        assert!(opens_a_function(line), "{line}");
+    }
+    for line in ["let fn_ = 1;", "// fn a() {", "pub struct Fn {", "functions();"] {
+        assert!(!opens_a_function(line), "{line}");
+    }
 }

@@ -115,10 +115,15 @@ fn assert_locked(pid: u32, namespaces: bool) {
         .filter(|entry| !entry.is_empty())
         .map(|entry| String::from_utf8_lossy(entry).split('=').next().unwrap().to_owned())
         .collect();
-    let mut allowed: BTreeSet<String> =
-        ["CODEMODE_CONFINEMENT", "CODEMODE_DATA_LIMIT_BYTES", "CODEMODE_ANSWER_SPIN_US", "TZ"]
-            .map(String::from)
-            .into();
+    let mut allowed: BTreeSet<String> = [
+        "CODEMODE_CONFINEMENT",
+        "CODEMODE_DATA_LIMIT_BYTES",
+        "CODEMODE_ANSWER_SPIN_US",
+        "CODEMODE_ENGINE",
+        "TZ",
+    ]
+    .map(String::from)
+    .into();
     if !namespaces {
         allowed.insert(codemode_executor::confine::NAMESPACES_VAR.to_owned());
     }
@@ -219,9 +224,9 @@ async fn a_worker_gets_only_the_hosts_settings_as_its_environment_and_a_bounded_
             .map(|entry| String::from_utf8_lossy(entry).into_owned())
             .filter(|entry| !entry.starts_with("TZ="))
             .collect();
-        // Only the host's answer spin (the default, in microseconds).
+        // Only the host's answer spin (the default, in microseconds) and its engine.
         let spin = format!("CODEMODE_ANSWER_SPIN_US={}", codemode_executor::DEFAULT_ANSWER_SPIN.as_micros());
-        assert_eq!(entries, [spin]);
+        assert_eq!(entries, [spin, "CODEMODE_ENGINE=quickjs".to_owned()]);
         let stderr = std::fs::read_link(format!("/proc/{pid}/fd/2")).unwrap();
         assert!(stderr.to_string_lossy().starts_with("pipe:"), "{stderr:?}");
     }

@@ -277,9 +277,33 @@ fn a_worker_whose_engine_disagrees_with_its_hosts_refuses_to_start() {
     assert_eq!(String::from_utf8_lossy(&output.stderr), expected);
 }
 
+/// Kill every worker process of this test process, and wait until each has exited: gone,
+/// or a zombie whose every thread has ended (a zombie leader with threads still exiting is
+/// not yet one its parent can reap).
+fn kill_workers() {
+    let pids = worker_pids();
+    for pid in &pids {
+        let _ = std::process::Command::new("kill").args(["-9", pid]).status();
+    }
+    let since = Instant::now();
+    for pid in &pids {
+        loop {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state follows the command's closing parenthesis.
+            let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+            let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
+            if matches!(state, None | Some('Z' | 'X')) && threads <= 1 {
+                break;
+            }
+            assert!(since.elapsed() < Duration::from_secs(10), "worker {pid} did not die");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
 /// A worker process that dies mid-run ends the run with kind `lost` (not `internal`, which
-/// is a bug's): a host retries by kind, never by text. The next run, at once, gets a live
-/// worker, not the ready one that was killed beside it.
+/// is a bug's): a host retries by kind, never by text. A ready worker killed while it
+/// waited is not handed the next run: it runs on a live one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_dies_mid_run_ends_it_lost() {
     let _one = ONE_AT_A_TIME.lock().await;
@@ -289,10 +313,8 @@ async fn a_worker_that_dies_mid_run_ends_it_lost() {
             Request::new("async () => await store.x()")
                 .provider(ProviderDescriptor::new("store", ["x"]))
                 .dispatch(|_: ToolCall| async {
-                    // The worker waits for this answer: it dies instead.
-                    for pid in worker_pids() {
-                        let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
-                    }
+                    // The worker waits for this answer: it dies instead (and the one kept ready).
+                    kill_workers();
                     tokio::time::sleep(Duration::from_secs(2)).await;
                     r#"{"result":"too late"}"#.to_owned()
                 }),
@@ -303,19 +325,15 @@ async fn a_worker_that_dies_mid_run_ends_it_lost() {
         json(&outcome),
         format!(r#"{{"error":"{}","kind":"lost","logs":[]}}"#, codemode_protocol::texts::WORKER_PROCESS_DIED)
     );
-    // At once: the worker kept ready was killed too, and is not handed this run.
     let next = executor.execute(Request::new("async () => 'fresh'")).await;
     assert_eq!(json(&next), r#"{"result":"fresh","logs":[]}"#);
-    // A ready worker killed while it waits, a run right after: it runs on a live one.
     let waited = Instant::now();
     while worker_pids().is_empty() {
         assert!(waited.elapsed() < Duration::from_secs(10), "no worker kept ready");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    for pid in worker_pids() {
-        let _ = std::process::Command::new("kill").args(["-9", &pid]).status();
-    }
+    kill_workers();
     let after = executor.execute(Request::new("async () => 'alive'")).await;
     assert_eq!(json(&after), r#"{"result":"alive","logs":[]}"#);
 }

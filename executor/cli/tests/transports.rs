@@ -126,3 +126,30 @@ async fn every_transport_serves_a_toolbox_from_this_process() {
     }
     let _ = std::fs::remove_file(socket);
 }
+
+/// Many large calls at once (24 of 1 MiB), each answered with as much: far past the 4 MiB
+/// either side keeps for a peer that does not read, so both sides' queues fill at once.
+/// The host reads on (holding its calls back until the peer reads), so neither side
+/// stalls the other: the run ends with its result, not at its timeout, on every transport
+/// (over the daemon it ran into its timeout before).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_to_many_calls_at_once_never_stall_a_transport() {
+    let (executors, socket) = transports("large").await;
+    let code = "async () => (await Promise.all(Array.from({ length: 24 }, () => store.echo('x'.repeat(1 << 20))))).reduce((n, s) => n + s.length, 0)";
+    for (name, executor) in &executors {
+        let request = Request::new(code)
+            .timeout(Duration::from_secs(20))
+            .memory_limit_bytes(256 << 20)
+            .provider(ProviderDescriptor::new("store", ["echo"]))
+            .dispatch(|call: ToolCall| async move {
+                // The argument back as the result: `["xxx…"]` gives `"xxx…"`.
+                let argument = &call.args_json[1..call.args_json.len() - 1];
+                format!(r#"{{"result":{argument}}}"#)
+            });
+        let started = std::time::Instant::now();
+        let outcome = executor.execute(request).await;
+        assert_eq!(json(&outcome), format!(r#"{{"result":{},"logs":[]}}"#, 24 << 20), "{name}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{name}: took {:?}", started.elapsed());
+    }
+    let _ = std::fs::remove_file(socket);
+}

@@ -73,7 +73,7 @@ impl ProcessExecutor {
     }
 
     /// Run one program in a worker process. Never panics; a worker that dies mid-run ends
-    /// the run `internal` and is replaced. Dropping the future kills the worker.
+    /// the run `lost` and is replaced. Dropping the future kills the worker.
     pub async fn execute(&self, request: Request) -> Outcome {
         let (request, _end) = request.open();
         if let Some(mismatch) = &self.inner.mismatch {

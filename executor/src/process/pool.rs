@@ -10,13 +10,15 @@
 //! the outcome's kind, never its text: a program can throw the timeout's text itself. A
 //! worker that ended otherwise serves the next execution.
 //!
-//! Failures of this layer: a worker process that cannot start, or that dies or breaks the
-//! protocol mid-run, ends the run `internal`; no answer by the deadline plus the grace
-//! ends it `timeout`. A dead worker's exit status is read: killed by SIGSYS (its seccomp
+//! Failures of this layer: a worker process that cannot start (or does not answer its
+//! hello within [`HELLO_WAIT`]) ends the run `internal`; one that dies or breaks the
+//! protocol mid-run ends it `lost`; no answer by the deadline plus the grace ends it
+//! `timeout`. A ready worker found dead when a run takes it is dropped, not handed the run. A dead worker's exit status is read: killed by SIGSYS (its seccomp
 //! filter) gives [`texts::WORKER_CONFINEMENT_KILLED`] and an error event with its pid.
 //!
 //! A worker is treated as a hostile client (docs/security.md): it starts with an empty
-//! environment plus [`confine::CONFINEMENT_VAR`], the data cap, the answer spin and `TZ`;
+//! environment plus [`confine::CONFINEMENT_VAR`], the data cap, the answer spin, the
+//! engine and `TZ`;
 //! its stderr is piped and only its last [`STDERR_TAIL`] bytes are kept, for the log;
 //! each call it sends is checked against the request (the run it serves, the payload
 //! bound, the calls in flight) before it reaches the dispatch. Under confinement
@@ -48,6 +50,9 @@ pub(crate) const STDERR_TAIL: usize = 4 << 10;
 
 /// How long the host waits for a worker whose output ended to report its exit status.
 const EXIT_WAIT: Duration = Duration::from_secs(1);
+
+/// How long a worker process may take to start and answer the hello.
+const HELLO_WAIT: Duration = Duration::from_secs(30);
 
 /// How long past the deadline a worker process may take to answer before it is killed.
 pub(crate) const KILL_GRACE: Duration = Duration::from_millis(200);
@@ -93,25 +98,6 @@ fn keep_stderr_tail(mut stderr: ChildStderr) -> Arc<Mutex<Vec<u8>>> {
         }
     });
     tail
-}
-
-/// How one run on one worker ended.
-enum Attempt {
-    Ended(Outcome),
-    /// The worker died first; whether any of the run's calls or fetches had reached the
-    /// host, and the outcome that says so.
-    Died {
-        reached_host: bool,
-        outcome: Outcome,
-    },
-}
-
-impl Attempt {
-    fn outcome(self) -> Outcome {
-        match self {
-            Attempt::Ended(outcome) | Attempt::Died { outcome, .. } => outcome,
-        }
-    }
 }
 
 pub(crate) struct ProcessPool {
@@ -183,7 +169,6 @@ impl ProcessPool {
             // Replace what this run uses before it starts, so the next one finds it ready.
             PoolShared::refill(shared);
         }
-        let reused = taken.is_some();
         let worker = match taken {
             Some(worker) => worker,
             None => match shared.spawn().await {
@@ -194,28 +179,13 @@ impl ProcessPool {
             },
         };
         let logs = if worker.session.version() >= 3 { Logs::Live } else { Logs::WithOutcome };
-        let deadline = tokio::time::Instant::now() + limits.timeout + KILL_GRACE;
-        match self.run_on(worker, &request, limits, deadline).await {
-            // A ready worker that died as it was taken (killed while it waited, its exit
-            // not yet seen) lost a run that nothing of reached the host: it runs once more,
-            // on a worker of its own, as a daemon's run goes elsewhere in the same case.
-            Attempt::Died { reached_host: false, outcome } if reused => match shared.spawn().await {
-                Ok(worker) => (self.run_on(worker, &request, limits, deadline).await.outcome(), logs),
-                Err(_) => (outcome, logs),
-            },
-            attempt => (attempt.outcome(), logs),
-        }
+        (self.run_on(worker, &request, limits).await, logs)
     }
 
-    async fn run_on(
-        &self,
-        mut worker: Worker,
-        request: &Request,
-        limits: &Limits,
-        deadline: tokio::time::Instant,
-    ) -> Attempt {
+    async fn run_on(&self, mut worker: Worker, request: &Request, limits: &Limits) -> Outcome {
         let shared = &self.shared;
         let timeout = limits.timeout;
+        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
         match tokio::time::timeout_at(deadline, run(&mut worker, request, limits)).await {
             Ok(Ok(outcome)) => {
                 let spent = matches!(
@@ -228,13 +198,13 @@ impl ProcessPool {
                 } else {
                     shared.put_idle(worker);
                 }
-                Attempt::Ended(outcome)
+                outcome
             }
-            Ok(Err(reached_host)) => Attempt::Died { reached_host, outcome: died(worker).await },
+            Ok(Err(())) => died(worker).await,
             Err(_) => {
                 let _ = worker.child.start_kill();
                 let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
-                Attempt::Ended(Outcome::failure(OutcomeKind::Timeout, text, Vec::new()))
+                Outcome::failure(OutcomeKind::Timeout, text, Vec::new())
             }
         }
     }
@@ -274,7 +244,9 @@ impl PoolShared {
             max_queued_bytes: MAX_QUEUED_BYTES,
             keepalive: None,
         };
-        let session = match Session::start(stdout, stdin, Hello::current(), options).await {
+        let greeted =
+            tokio::time::timeout(HELLO_WAIT, Session::start(stdout, stdin, Hello::current(), options));
+        let session = match greeted.await.unwrap_or(Err(HelloError::Silent)) {
             Ok(session) => session,
             Err(problem) => {
                 let problem = match problem {
@@ -287,6 +259,13 @@ impl PoolShared {
                         format!("the worker process did not answer the hello: {message:?}")
                     }
                     HelloError::Frame(problem) => problem.to_string(),
+                    HelloError::Silent => {
+                        let _ = child.start_kill();
+                        format!(
+                            "the worker process did not answer the hello within {} s",
+                            HELLO_WAIT.as_secs()
+                        )
+                    }
                 };
                 let status = exit_status(&mut child).await;
                 let tail = tail_text(&stderr);
@@ -400,9 +379,8 @@ fn tail_text(tail: &Mutex<Vec<u8>>) -> String {
 }
 
 /// One execution on a worker process: its calls are served as they arrive (by the
-/// session's reader), until the outcome arrives. `Err` when the worker went first, with
-/// whether any of the run's calls or fetches had reached the host.
-async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, bool> {
+/// session's reader), until the outcome arrives. `Err` when the worker went first.
+async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<Outcome, ()> {
     let execution = worker.next_execution;
     worker.next_execution += 1;
     // Only a worker of version 3 or newer knows `events`; an older one refuses it.
@@ -416,14 +394,14 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
     let mut wire = request.to_wire();
     wire.events = handlers.events.is_some();
     let Some(frame) = encode_frame(&ClientMessage::Execute { execution, request: wire }, usize::MAX) else {
-        return Err(false);
+        return Err(());
     };
-    let mut submitted = worker.session.submit(execution, frame, handlers);
+    let submitted = worker.session.submit(execution, frame, handlers);
     if !submitted.sent {
-        return Err(false);
+        return Err(());
     }
-    match (&mut submitted.ended).await {
+    match submitted.ended.await {
         Ok(Ended::Outcome(outcome)) => Ok(outcome),
-        Ok(_) | Err(_) => Err(submitted.reached_host()),
+        Ok(_) | Err(_) => Err(()),
     }
 }

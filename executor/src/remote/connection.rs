@@ -137,6 +137,10 @@ impl Target {
                 OpenError::Other(unreachable("the daemon closed the connection without a hello".to_owned()))
             }
             HelloError::Frame(problem) => OpenError::Other(unreachable(problem.to_string())),
+            // The connect timeout bounds the whole of it; a session never says this itself.
+            HelloError::Silent => {
+                OpenError::Other(unreachable("the daemon did not answer the hello".to_owned()))
+            }
         })
     }
 }

@@ -10,9 +10,9 @@
 //! with [`texts::DAEMON_CONNECTION_LOST`]. A retained execution stays on its daemon.
 //!
 //! Outcomes arrive with the kind the daemon gave them. The ones this side makes: a lost
-//! connection ends the execute `internal` ([`texts::DAEMON_CONNECTION_LOST`]); no daemon
-//! reachable ends it `internal` before it ran ([`texts::DAEMON_UNREACHABLE`]); refused by
-//! every daemon, `internal` with the refusal's text; a daemon silent past the run's
+//! connection ends the execute `lost` ([`texts::DAEMON_CONNECTION_LOST`]); no daemon
+//! reachable ends it `lost` before it ran ([`texts::DAEMON_UNREACHABLE`]); refused by
+//! every daemon (draining or full), `lost` with the refusal's text; a daemon silent past the run's
 //! timeout plus a grace ends it `timeout`; a request longer than the frame bound ends
 //! `invalid` unsent; and an outcome frame longer than the bound ends its own execution
 //! `resultTooLarge`, the connection's other executions going on.
@@ -475,7 +475,7 @@ impl RemoteExecutor {
                     continue;
                 }
                 Ok(Ok(Ended::Refused(text))) => {
-                    failure = Some(Outcome::failure(OutcomeKind::Internal, text, Vec::new()));
+                    failure = Some(Outcome::failure(OutcomeKind::Lost, text, Vec::new()));
                     tried.push(remote);
                     continue;
                 }
@@ -546,7 +546,6 @@ async fn resolve_again(fleet: Weak<Fleet>, name: String, port: u16, every: Durat
     }
 }
 
-/// The outcome of an execute whose connection to the daemon is gone.
 /// The bounds a daemon's calls for `request` are held to: what the request set, or else
 /// the most any daemon allows by default (the daemon's own defaults are not known here),
 /// so that a daemon sending calls without end cannot grow the host without end.
@@ -555,6 +554,7 @@ fn admission(request: &Request) -> Admission {
     Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight)
 }
 
+/// The outcome of an execute whose connection to the daemon is gone.
 fn connection_lost() -> Outcome {
     Outcome::failure(OutcomeKind::Lost, texts::DAEMON_CONNECTION_LOST, Vec::new())
 }

@@ -8,25 +8,30 @@
 //! stays with the caller; how a frame is handled is decided here, once.
 //!
 //! A peer is a hostile client (docs/security.md): every call and fetch is admitted against
-//! its execution's bounds ([`admit`]) before it reaches the host; a peer that reads
-//! nothing is read no more once [`SessionOptions::max_queued_bytes`] wait for it; a frame
-//! past the bound ends only its own execution (or refuses its call). A fetch for a run
-//! with no outbound handler is answered with the closed network's text, as in-process.
+//! its execution's bounds ([`admit`]) before it reaches the host; while a peer leaves
+//! [`SessionOptions::max_queued_bytes`] of answers unread, its calls wait, admitted, and
+//! reach the host once it reads (the session reads on, so neither side's output backs up
+//! into a stall of both); a frame past the bound ends only its own execution (or refuses
+//! its call). A call for a run with no dispatch is answered as in-process (the tool is not
+//! found), a fetch for a run with no outbound handler with the closed network's text;
+//! neither counts as reaching the host.
 
 pub(crate) mod admit;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use codemode_protocol::wire::{ClientMessage, FetchAnswer, Hello, ProtocolErrorKind, ServerMessage};
-use codemode_protocol::{Dispatch, Outcome, error_envelope, texts};
+use codemode_protocol::wire::{
+    ClientMessage, FetchAnswer, FetchRequest, Hello, ProtocolErrorKind, ServerMessage,
+};
+use codemode_protocol::{Dispatch, Outcome, ToolCall, ToolNotFoundError, error_envelope, texts};
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use self::admit::Admission;
+use self::admit::{Admission, InFlight};
 use crate::api::execute::RetainedEngine;
 use crate::api::outbound::{Outbound, to_fetch_answer};
 use crate::api::watch::WireEvents;
@@ -39,6 +44,9 @@ use crate::wire::framing::{
 /// Bytes of answers waiting for a peer that does not read, past which a session reads
 /// nothing more from it until it does: a frame (at most the frame bound) more at most.
 pub(crate) const MAX_QUEUED_BYTES: usize = 4 << 20;
+
+/// How long a session whose hello could not be written looks for the peer's refusal.
+const REFUSAL_WAIT: Duration = Duration::from_millis(200);
 
 /// The bounds of one session.
 #[derive(Clone, Copy, Debug)]
@@ -93,6 +101,8 @@ pub(crate) enum HelloError {
     Unexpected(Box<ServerMessage>),
     /// The peer's first frame could not be read.
     Frame(FrameError),
+    /// The peer did not answer in the time its host allows (the caller's own bound).
+    Silent,
 }
 
 /// One connection to a peer that runs executions.
@@ -127,7 +137,15 @@ impl Session {
         let mut read = BufReader::new(read);
         let mut frames = FrameReader::new(options.max_frame_bytes);
         let wrote = write_message(&mut write, &ClientMessage::Hello(hello)).await;
-        let version = match frames.next::<_, ServerMessage>(&mut read).await {
+        // A hello that could not be written gets no answer, but a refusal the peer wrote
+        // before it closed may be there to read: looked for a moment, not waited for.
+        let first = match &wrote {
+            Ok(()) => frames.next::<_, ServerMessage>(&mut read).await,
+            Err(_) => tokio::time::timeout(REFUSAL_WAIT, frames.next::<_, ServerMessage>(&mut read))
+                .await
+                .unwrap_or(Ok(None)),
+        };
+        let version = match first {
             Ok(Some(ServerMessage::Error(problem))) => {
                 return Err(HelloError::Refused { kind: problem.kind, message: problem.message });
             }
@@ -205,12 +223,12 @@ impl Session {
         lock(&self.pending).insert(execution, pending);
         let cancel = CancelOnDrop { session: self.clone(), execution };
         // Closed before the record was there: its close did not see it, and it never left.
-        let sent = if self.closed.is_cancelled() {
+        let sent = !self.closed.is_cancelled() && self.out.0.writer().send(frame);
+        if !sent {
+            // A writer that stopped is a session gone: no later execute may pick it.
             lock(&self.pending).remove(&execution);
-            false
-        } else {
-            self.out.0.writer().send(frame)
-        };
+            self.shut();
+        }
         Submitted { ended, dispatched, sent, _cancel: cancel }
     }
 
@@ -344,21 +362,24 @@ async fn keep_alive(session: std::sync::Weak<Session>, keepalive: Duration) {
 
 /// The session's reader: answers calls and fetches from the host's handlers, reports
 /// events, delivers outcomes.
+///
+/// It reads on while the peer's answers hold the queue's bound, so the peer's own output
+/// never backs up into a stall of both sides; what it holds back is the host: calls and
+/// fetches that arrive then wait here, admitted (so bounded by their runs' calls in
+/// flight), and reach the host in the order they came once the peer has read.
 async fn read_frames<R>(session: Arc<Session>, mut frames: FrameReader, mut read: R)
 where
     R: AsyncBufRead + Unpin,
 {
+    let mut parked: VecDeque<Work> = VecDeque::new();
     let ended = loop {
-        // A peer that does not read its answers stops being read (so sends no more
-        // calls): what waits for it here stays under the bound.
-        if session.out.0.is_full() {
-            tokio::select! {
-                () = session.out.0.room(None) => continue,
-                () = session.closed.cancelled() => break Ended::Lost,
-            }
+        while !session.out.0.is_full() {
+            let Some(work) = parked.pop_front() else { break };
+            work.start(&session.out);
         }
         let frame = tokio::select! {
             frame = frames.next::<_, ServerMessage>(&mut read) => frame,
+            () = session.out.0.room(None), if !parked.is_empty() => continue,
             () = session.closed.cancelled() => break Ended::Lost,
         };
         session.heard_now();
@@ -372,7 +393,7 @@ where
             }
             Ok(None) | Err(_) => break Ended::Lost,
         };
-        if let Some(ended) = handle(&session, message) {
+        if let Some(ended) = handle(&session, message, &mut parked) {
             break ended;
         }
     };
@@ -382,43 +403,92 @@ where
     });
 }
 
+/// A call or fetch admitted for the host: started at once, or parked while the peer's
+/// answers hold the queue's bound (and after anything parked before it, so calls reach
+/// the host in the order the program made them).
+enum Work {
+    Call {
+        execution: u64,
+        call: u64,
+        tool_call: ToolCall,
+        dispatch: Arc<dyn Dispatch>,
+        in_flight: InFlight,
+    },
+    Fetch {
+        execution: u64,
+        call: u64,
+        request: FetchRequest,
+        outbound: Arc<dyn Outbound>,
+        in_flight: InFlight,
+    },
+}
+
+impl Work {
+    fn start(self, out: &Outgoing) {
+        let out = out.clone();
+        match self {
+            Work::Call { execution, call, tool_call, dispatch, in_flight } => answer_in_order(
+                Box::pin(async move { dispatch.dispatch(tool_call).await }),
+                dispatch_panicked,
+                move |answer| {
+                    drop(in_flight);
+                    out.answer(execution, call, answer);
+                },
+            ),
+            Work::Fetch { execution, call, request, outbound, in_flight } => answer_in_order(
+                Box::pin(async move { outbound.fetch(request.into()).await }),
+                fetch_panicked,
+                move |answer| {
+                    drop(in_flight);
+                    out.fetch_answer(execution, call, to_fetch_answer(answer));
+                },
+            ),
+        }
+    }
+
+    fn park_or_start(self, session: &Session, parked: &mut VecDeque<Work>) {
+        if parked.is_empty() && !session.out.0.is_full() {
+            self.start(&session.out);
+        } else {
+            parked.push_back(self);
+        }
+    }
+}
+
 /// One message from the peer; `Some` when it ends the session, as what.
-fn handle(session: &Session, message: ServerMessage) -> Option<Ended> {
+fn handle(session: &Session, message: ServerMessage, parked: &mut VecDeque<Work>) -> Option<Ended> {
     match message {
         ServerMessage::Call { execution, call, tool_call } => {
-            let admitted =
-                session.claim(execution, |p| Some((p.dispatch.clone()?, p.admission.call(&tool_call))));
-            let (dispatch, admitted) = admitted?;
-            let out = session.out.clone();
-            match admitted {
-                Err(refusal) => out.answer(execution, call, error_envelope(&refusal)),
-                Ok(in_flight) => answer_in_order(
-                    Box::pin(async move { dispatch.dispatch(tool_call).await }),
-                    dispatch_panicked,
-                    move |answer| {
-                        drop(in_flight);
-                        out.answer(execution, call, answer);
-                    },
-                ),
+            let (handlers, reached) = session.handlers(execution)?;
+            let Some(dispatch) = handlers.dispatch else {
+                // As in-process: a run with no dispatch finds no tool.
+                let text = ToolNotFoundError::new(tool_call.tool.clone()).to_string();
+                session.out.answer(execution, call, error_envelope(&text));
+                return None;
+            };
+            match handlers.admission.call(&tool_call) {
+                Err(refusal) => session.out.answer(execution, call, error_envelope(&refusal)),
+                Ok(in_flight) => {
+                    // Set before the call can reach the host: the run never runs again elsewhere.
+                    reached.store(true, Ordering::Release);
+                    Work::Call { execution, call, tool_call, dispatch, in_flight }
+                        .park_or_start(session, parked);
+                }
             }
         }
         ServerMessage::Fetch { execution, call, request } => {
-            let admitted = session.claim(execution, |p| match &p.outbound {
-                None => Some(Err(texts::NETWORK_CLOSED.to_owned())),
-                Some(outbound) => Some(p.admission.fetch().map(|in_flight| (outbound.clone(), in_flight))),
-            });
-            let admitted = admitted?;
-            let out = session.out.clone();
+            let (handlers, reached) = session.handlers(execution)?;
+            let admitted = match handlers.outbound {
+                None => Err(texts::NETWORK_CLOSED.to_owned()),
+                Some(outbound) => handlers.admission.fetch().map(|in_flight| (outbound, in_flight)),
+            };
             match admitted {
-                Err(refusal) => out.fetch_answer(execution, call, to_fetch_answer(Err(refusal))),
-                Ok((outbound, in_flight)) => answer_in_order(
-                    Box::pin(async move { outbound.fetch(request.into()).await }),
-                    fetch_panicked,
-                    move |answer| {
-                        drop(in_flight);
-                        out.fetch_answer(execution, call, to_fetch_answer(answer));
-                    },
-                ),
+                Err(refusal) => session.out.fetch_answer(execution, call, to_fetch_answer(Err(refusal))),
+                Ok((outbound, in_flight)) => {
+                    reached.store(true, Ordering::Release);
+                    Work::Fetch { execution, call, request, outbound, in_flight }
+                        .park_or_start(session, parked);
+                }
             }
         }
         ServerMessage::Outcome { execution, outcome } => {
@@ -456,13 +526,18 @@ fn handle(session: &Session, message: ServerMessage) -> Option<Ended> {
 }
 
 impl Session {
-    /// `take` of `execution`'s record, marked as having reached the host first; `None`
-    /// for an execution that is not pending (ended, cancelled, never sent).
-    fn claim<T>(&self, execution: u64, take: impl FnOnce(&Pending) -> Option<T>) -> Option<T> {
+    /// `execution`'s handlers and the flag that says one of its calls reached the host;
+    /// `None` for an execution that is not pending (ended, cancelled, never sent).
+    fn handlers(&self, execution: u64) -> Option<(Handlers, Arc<AtomicBool>)> {
         let pending = lock(&self.pending);
         let record = pending.get(&execution)?;
-        record.dispatched.store(true, Ordering::Release);
-        take(record)
+        let handlers = Handlers {
+            dispatch: record.dispatch.clone(),
+            outbound: record.outbound.clone(),
+            admission: record.admission.clone(),
+            events: None,
+        };
+        Some((handlers, record.dispatched.clone()))
     }
 
     fn events(&self, execution: u64) -> Option<WireEvents> {

@@ -10,9 +10,11 @@
 //! and the connection's reader hands the `answer` straight to the execution's inbox
 //! (a claimed call), so the execution's thread is the only one woken.
 //!
-//! Outcomes pass through with the kind the executor gave them. The ones this layer makes:
-//! an execute beyond [`ServeOptions::max_executions`] ends `invalid` (refused before it
-//! ran), an execution the client cancels ends `internal` (not the program's doing), and
+//! Outcomes pass through with the kind the executor gave them, as the connection's version
+//! knows it (`lost` and `cancelled` are `internal` below version 4). The ones this layer
+//! makes: an execute beyond [`ServeOptions::max_executions`] ends `invalid` (refused
+//! before it ran), an execution the client cancels ends `cancelled`, one still running at
+//! the drain timeout `lost`, and
 //! an outcome longer than [`ServeOptions::max_frame_bytes`] is sent as kind
 //! `resultTooLarge` instead ([`texts::OUTCOME_TOO_LARGE`]), so no frame past the bound
 //! ever leaves.
@@ -826,7 +828,7 @@ impl Executions {
         }
     }
 
-    /// The client cancels `execution`: a running one ends `internal` with its text; a
+    /// The client cancels `execution`: a running one ends `cancelled` with its text; a
     /// retained one is released.
     fn cancel(&self, execution: u64) {
         if let Some(task) = lock(&self.running).remove(&execution) {
