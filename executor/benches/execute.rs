@@ -31,12 +31,14 @@ fn benches(c: &mut Criterion) {
     group.bench_function("async () => 1, one at a time", |b| {
         b.iter(|| rt.block_on(one_worker.execute(Request::new("async () => 1"))))
     });
-    // As an agent's runs arrive: apart, with the pool idle in between (the pause is not timed).
-    group.bench_function("async () => 1, after a pause of 2 ms", |b| {
+    // As an agent's runs arrive: apart, with the pool idle in between (the pause is not
+    // timed; `CODEMODE_BENCH_PAUSE_MS` sets it, 2 ms by default).
+    let pause = std::env::var("CODEMODE_BENCH_PAUSE_MS").map_or(2, |ms| ms.parse().unwrap_or(2));
+    group.bench_function(format!("async () => 1, after a pause of {pause} ms"), |b| {
         b.iter_custom(|iterations| {
             let mut total = Duration::ZERO;
             for _ in 0..iterations {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(pause));
                 let started = std::time::Instant::now();
                 rt.block_on(one_worker.execute(Request::new("async () => 1")));
                 total += started.elapsed();

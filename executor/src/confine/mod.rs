@@ -36,7 +36,9 @@ pub const NAMESPACES_VAR: &str = "CODEMODE_CONFINEMENT_NAMESPACES";
 pub enum Confinement {
     /// Every layer the kernel offers; a worker the host does not find under no-new-privs
     /// and a seccomp filter serves nothing, and another operating system refuses to run
-    /// programs. One execution per worker. The default on Linux.
+    /// programs. One execution per worker, so each run pays a locked worker's start
+    /// (about 5.7 ms against 0.22 ms `Off`, [`crate::ProcessExecutor`]). The default on
+    /// Linux.
     Required,
     /// Every layer the kernel offers, and a worker without them still serves (a warning is
     /// logged). One execution per worker.
