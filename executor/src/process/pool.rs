@@ -73,6 +73,13 @@ struct Worker {
     next_execution: u64,
 }
 
+impl Worker {
+    /// Whether its process has not exited and its connection is open.
+    fn is_alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None)) && !self.session.is_closed()
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         // Its stdin closes once what is queued is written: an idle worker process exits.
@@ -307,8 +314,7 @@ impl PoolShared {
     fn take_idle(&self) -> Option<Worker> {
         let mut idle = lock(&self.idle);
         while let Some(mut worker) = idle.pop() {
-            let exited = !matches!(worker.child.try_wait(), Ok(None));
-            if !exited && !worker.session.is_closed() {
+            if worker.is_alive() {
                 return Some(worker);
             }
         }
@@ -324,7 +330,12 @@ impl PoolShared {
 
     /// Start workers in the background until `keep_idle` are ready or starting.
     fn refill(shared: &Arc<PoolShared>) {
-        let idle = lock(&shared.idle).len();
+        // A ready worker that died while it waited is not counted as ready.
+        let idle = {
+            let mut idle = lock(&shared.idle);
+            idle.retain_mut(Worker::is_alive);
+            idle.len()
+        };
         let starting = shared.starting.load(Ordering::SeqCst);
         for _ in (idle + starting)..shared.keep_idle {
             shared.starting.fetch_add(1, Ordering::SeqCst);

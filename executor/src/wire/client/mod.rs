@@ -320,7 +320,7 @@ impl Outgoing {
 
     /// An answer, or the refusal that stands in for one longer than the bound.
     fn answer(&self, execution: u64, call: u64, answer: String) {
-        if !self.send(&ClientMessage::Answer { execution, call, answer }) {
+        if !self.send(&ClientMessage::Answer { execution, call, answer }) && !self.0.writer().is_closed() {
             let answer =
                 error_envelope(&texts::ANSWER_TOO_LARGE.fill(&[&self.0.max_frame_bytes().to_string()]));
             self.send(&ClientMessage::Answer { execution, call, answer });
@@ -329,7 +329,8 @@ impl Outgoing {
 
     /// A fetch's answer, or the refusal that stands in for one longer than the bound.
     fn fetch_answer(&self, execution: u64, call: u64, answer: FetchAnswer) {
-        if !self.send(&ClientMessage::FetchAnswer { execution, call, answer }) {
+        if !self.send(&ClientMessage::FetchAnswer { execution, call, answer }) && !self.0.writer().is_closed()
+        {
             let error = texts::ANSWER_TOO_LARGE.fill(&[&self.0.max_frame_bytes().to_string()]);
             let answer = FetchAnswer::Refused { error };
             self.send(&ClientMessage::FetchAnswer { execution, call, answer });
