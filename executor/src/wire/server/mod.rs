@@ -1027,6 +1027,16 @@ impl Outgoing {
         self.writer().is_closed()
     }
 
+    /// Send a call's or a fetch's frame; the text its call site meets when it could not
+    /// leave (the connection closed, or the frame past the bound).
+    fn send_call(&self, message: ServerMessage) -> Option<String> {
+        match self.push(message) {
+            _ if self.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
+            Err(_) => Some(texts::CALL_TOO_LARGE.fill(&[&self.limit().to_string()])),
+            Ok(()) => None,
+        }
+    }
+
     /// Whether the queue holds its bound of bytes or more.
     fn is_full(&self) -> bool {
         self.state.out.is_full()
@@ -1234,12 +1244,7 @@ impl Dispatch for WireDispatch {
         let (waiter, answered) = Waiter::start();
         let span = tracing::debug_span!(parent: &self.span, "call", call, provider = %tool_call.provider, tool = %tool_call.tool);
         lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
-        let sent = self.out.push(ServerMessage::Call { execution: self.execution, call, tool_call });
-        let refused = match sent {
-            _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
-            Err(_) => Some(texts::CALL_TOO_LARGE.fill(&[&self.out.limit().to_string()])),
-            Ok(()) => None,
-        };
+        let refused = self.out.send_call(ServerMessage::Call { execution: self.execution, call, tool_call });
         if let Some(text) = refused {
             lock(&self.waiting).remove(&(self.execution, call));
             return Box::pin(std::future::ready(error_envelope(&text)));
@@ -1269,13 +1274,11 @@ impl Outbound for WireOutbound {
         let (waiter, answered) = Waiter::start();
         let span = tracing::debug_span!(parent: &self.span, "fetch", call);
         lock(&self.waiting).insert((self.execution, call), Pending::new(waiter, span));
-        let sent =
-            self.out.push(ServerMessage::Fetch { execution: self.execution, call, request: request.into() });
-        let refused = match sent {
-            _ if self.out.is_closed() => Some(texts::CONNECTION_CLOSED.to_owned()),
-            Err(_) => Some(texts::CALL_TOO_LARGE.fill(&[&self.out.limit().to_string()])),
-            Ok(()) => None,
-        };
+        let refused = self.out.send_call(ServerMessage::Fetch {
+            execution: self.execution,
+            call,
+            request: request.into(),
+        });
         if let Some(text) = refused {
             lock(&self.waiting).remove(&(self.execution, call));
             return Box::pin(std::future::ready(Err(text)));
