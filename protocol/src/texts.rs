@@ -326,7 +326,8 @@ pub const DAEMON_EXECUTIONS_FULL: Template = Template(
 pub const DAEMON_DRAINING: &str =
     "The daemon is draining and starts no new executions. This one did not start; run it on another daemon.";
 
-/// An execution still live when the daemon's drain timeout passed (kind `internal`).
+/// An execution still live when the daemon's drain timeout passed (kind `lost`; `internal`
+/// for a peer below version 4).
 pub const DAEMON_SHUT_DOWN: Template = Template(
     "The daemon shut down before the run ended: its drain timeout of {ms} ms passed. The execution is lost; run it again.",
 );
@@ -375,7 +376,7 @@ pub const REQUEST_TOO_LARGE: Template = Template(
     "The request is over the limit of {limit} bytes for one message on the connection, so it was not sent. Send shorter code.",
 );
 
-/// An execute whose connection to the daemon could not be made again (kind `internal`);
+/// An execute whose connection to the daemon could not be made again (kind `lost`);
 /// the run did not start.
 pub const DAEMON_UNREACHABLE: Template =
     Template("The daemon cannot be reached ({problem}). The execution did not run; run it again.");

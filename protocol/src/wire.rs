@@ -138,7 +138,9 @@ pub enum OutcomeKind {
     /// The code, or a provider's `prelude` or `proxySource`, does not parse.
     Syntax,
     /// The request was refused before it ran: a provider name breaks a rule, a limit is
-    /// out of range, or a daemon already runs its maximum of executions on the connection.
+    /// out of range, a daemon already runs its maximum of executions on the connection, or
+    /// a host setting this build or platform cannot run (V8 not built in, a worker command
+    /// naming another engine, confinement required off Linux, no Tokio runtime).
     Invalid,
     /// Not the program's doing: a bug in the executor (its texts ask for a report), a
     /// setting of the host's that cannot run (a worker program that does not start), or a

@@ -181,7 +181,8 @@ pub enum LimitError {
 
 /// The JavaScript engine executions run on.
 ///
-/// Every variant exists in every build, so a `match` compiles whatever features are on;
+/// Every variant exists in every build, so code naming `EngineKind::V8` compiles whatever
+/// features are on (a `match` outside this crate still needs a `_` arm);
 /// [`EngineKind::BUILT_IN`] says which engines this build has. An executor configured with
 /// an engine not built in refuses each execution (kind `invalid`, [`V8_NOT_BUILT`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]

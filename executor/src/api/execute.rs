@@ -44,8 +44,9 @@ pub trait Execute: Send + Sync {
     /// Run `request`'s program and keep its engine after the run ends (`retainHandles`):
     /// its timers keep firing, and their tool calls meet `Execution has already
     /// completed.` inside the sandbox. The engine goes when the handle is released or
-    /// dropped. An implementation that cannot keep an engine refuses before it runs
-    /// anything (the default).
+    /// dropped. The default implementation refuses with [`RetainRefused::Unsupported`]
+    /// before it runs anything; [`crate::ProcessExecutor`] refuses with
+    /// [`RetainRefused::NeedsInProcess`].
     fn execute_retained(&self, request: Request) -> RetainFuture<'_> {
         drop(request);
         Box::pin(async { Err(RetainRefused::Unsupported) })
@@ -62,7 +63,9 @@ pub trait Execute: Send + Sync {
     }
 }
 
-/// A retained execution's engine, wherever it lives; released explicitly or when dropped.
+/// The engine of a run kept alive after its outcome (`retainHandles`), wherever it lives:
+/// from [`Execute::execute_retained`] (or the executors' own `execute_retained`); released
+/// explicitly or when dropped.
 pub struct RetainedExecution {
     engine: Option<Box<dyn RetainedEngine>>,
 }
@@ -128,7 +131,8 @@ pub struct Profile {
 }
 
 impl Default for Profile {
-    /// Nothing known here: the default limits and ceilings, which any executor allows.
+    /// Nothing known here: the default limits and ceilings; the executor behind it (a
+    /// daemon) may allow less.
     fn default() -> Profile {
         Profile { engine: None, limits: Limits::default(), ceilings: Limits::default_ceilings() }
     }

@@ -48,7 +48,7 @@ impl Default for Executor {
 }
 
 impl Executor {
-    /// An executor with `config`'s workers and default limits.
+    /// An executor configured by `config`: its workers, limits, ceilings and engine.
     pub fn new(config: ExecutorConfig) -> Executor {
         let keep = config.workers;
         let pool = match config.engine {

@@ -33,6 +33,21 @@ use crate::api::watch;
 /// Choose it for hostile programs on an engine whose builtins may ignore a deadline, or
 /// where a crash must not reach the host; docs/daemon.md and docs/security.md say more.
 ///
+/// The worker is the `codemode` binary of the package `codemode-cli` (`cargo install
+/// codemode-cli`), named by its absolute path (a worker starts with an empty
+/// environment), with `stdio`; for V8 that binary is built with `--features v8`. The
+/// executor passes its engine and limits to each worker.
+///
+/// ```no_run
+/// use codemode_executor::{ExecutorConfig, ProcessExecutor, Request, WorkerCommand};
+///
+/// # async fn run() {
+/// let worker = WorkerCommand::new("/usr/local/bin/codemode", ["stdio"]);
+/// let executor = ProcessExecutor::new(ExecutorConfig::default(), worker);
+/// let outcome = executor.execute(Request::new("async () => 1")).await;
+/// # let _ = outcome; }
+/// ```
+///
 /// Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct ProcessExecutor {

@@ -23,7 +23,7 @@ pub struct RemoteOptions {
     /// How long connecting may take (the socket, TLS and the hello). Default
     /// [`CONNECT_TIMEOUT`].
     pub connect_timeout: Duration,
-    /// On a version 2 connection, the client pings at half this and takes a connection
+    /// From version 2 on, the client pings at half this and takes a connection
     /// that heard nothing for this long for lost, so a daemon cut off without closing is
     /// found. `None` never pings. Default [`KEEPALIVE`].
     pub keepalive: Option<Duration>,

@@ -171,8 +171,9 @@ pub struct DaemonLimits {
     /// (a TLS one is closed without it). Default [`MAX_CONNECTIONS`].
     pub max_connections: usize,
     /// Executions live at once across all connections (running, retained, or with an
-    /// outcome waiting to be sent). Past it an execute gets an error outcome of kind
-    /// `invalid` ([`texts::DAEMON_EXECUTIONS_FULL`]) and does not start. The daemon's
+    /// outcome waiting to be sent). Past it an execute is refused
+    /// ([`texts::DAEMON_EXECUTIONS_FULL`]: a `refused` message from version 2, an outcome of
+    /// kind `invalid` for version 1) and does not start. The daemon's
     /// memory is bounded by this times the ceiling on `memoryLimitBytes`. Default
     /// [`MAX_LIVE_EXECUTIONS`].
     pub max_live_executions: usize,
