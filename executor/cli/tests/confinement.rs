@@ -438,7 +438,7 @@ mod probes {
         }
     }
 
-    async fn run(executor: &Executor, global: &str, body: &str) -> String {
+    async fn run(executor: &dyn codemode_executor::Execute, global: &str, body: &str) -> String {
         let code = format!("async () => {{ const sys = {global}; {body} }}");
         json(&executor.execute(Request::new(code).timeout(Duration::from_secs(20))).await)
     }
