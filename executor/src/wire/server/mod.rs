@@ -78,7 +78,7 @@ impl<T> Pending<T> {
         Pending { waiter, span, sent: Instant::now() }
     }
 
-    /// The call's end as an event of its span, after the answer was delivered.
+    /// The call's end as an event of its span, as its answer arrives (before it is delivered).
     fn answered(span: tracing::Span, sent: Instant, error: bool) {
         crate::service::metrics::call_duration(sent.elapsed());
         span.in_scope(|| tracing::debug!(duration_ms = millis(sent.elapsed()), error, "call answered"));
@@ -887,8 +887,10 @@ fn answer_call(waiting: &Waiting, execution: u64, call: u64, answer: String) {
     if let Some(Pending { waiter, span, sent }) = pending {
         // The envelope's kind as its first key says (logged, never its value).
         let error = answer.trim_start().starts_with("{\"error\"");
-        waiter.answer(answer);
+        // Counted before the run can go on with it, so a scrape that sees the run's end
+        // sees its calls too.
         Pending::<String>::answered(span, sent, error);
+        waiter.answer(answer);
     }
 }
 
@@ -896,8 +898,8 @@ fn answer_fetch(waiting: &FetchWaiting, execution: u64, call: u64, answer: Fetch
     let pending = lock(waiting).remove(&(execution, call));
     if let Some(Pending { waiter, span, sent }) = pending {
         let error = matches!(answer, FetchAnswer::Refused { .. });
-        waiter.answer(answer);
         Pending::<FetchAnswer>::answered(span, sent, error);
+        waiter.answer(answer);
     }
 }
 
