@@ -3,7 +3,7 @@
 //!
 //! A [`Session`] is one connection: the hello and its version, the reader that answers
 //! each call and fetch from the host's handlers the moment it is read, the bounded writer,
-//! the keepalive, and one [`Pending`] record per execute until its outcome. What differs
+//! the keepalive, and one `Pending` record per execute until its outcome. What differs
 //! between transports (how the stream is made, what a lost connection means for a run)
 //! stays with the caller; how a frame is handled is decided here, once.
 //!
@@ -75,13 +75,8 @@ pub(crate) enum Ended {
 
 /// An execute awaiting its outcome: the host's handlers for its calls and the bounds
 /// they are held to.
-pub(crate) struct Pending {
-    pub(crate) dispatch: Option<Arc<dyn Dispatch>>,
-    pub(crate) outbound: Option<Arc<dyn Outbound>>,
-    /// The bounds its calls and fetches are held to.
-    pub(crate) admission: Admission,
-    /// The host's watch, when the execute asked the peer for its events (version 3).
-    pub(crate) events: Option<WireEvents>,
+struct Pending {
+    handlers: Handlers,
     done: oneshot::Sender<Ended>,
     /// Set before any of its calls or fetches reaches the host: from then on the run
     /// has had effects outside the peer and must never run again elsewhere.
@@ -218,8 +213,7 @@ impl Session {
     pub(crate) fn submit(self: &Arc<Self>, execution: u64, frame: Vec<u8>, handlers: Handlers) -> Submitted {
         let (done, ended) = oneshot::channel();
         let dispatched = Arc::new(AtomicBool::new(false));
-        let Handlers { dispatch, outbound, admission, events } = handlers;
-        let pending = Pending { dispatch, outbound, admission, events, done, dispatched: dispatched.clone() };
+        let pending = Pending { handlers, done, dispatched: dispatched.clone() };
         lock(&self.pending).insert(execution, pending);
         let cancel = CancelOnDrop { session: self.clone(), execution };
         // Closed before the record was there: its close did not see it, and it never left.
@@ -494,7 +488,7 @@ fn handle(session: &Session, message: ServerMessage, parked: &mut VecDeque<Work>
         }
         ServerMessage::Outcome { execution, outcome } => {
             if let Some(pending) = lock(&session.pending).remove(&execution) {
-                if let Some(events) = &pending.events {
+                if let Some(events) = &pending.handlers.events {
                     events.ended(&outcome);
                 }
                 let _ = pending.done.send(Ended::Outcome(outcome));
@@ -532,17 +526,11 @@ impl Session {
     fn handlers(&self, execution: u64) -> Option<(Handlers, Arc<AtomicBool>)> {
         let pending = lock(&self.pending);
         let record = pending.get(&execution)?;
-        let handlers = Handlers {
-            dispatch: record.dispatch.clone(),
-            outbound: record.outbound.clone(),
-            admission: record.admission.clone(),
-            events: None,
-        };
-        Some((handlers, record.dispatched.clone()))
+        Some((record.handlers.clone(), record.dispatched.clone()))
     }
 
     fn events(&self, execution: u64) -> Option<WireEvents> {
-        lock(&self.pending).get(&execution).and_then(|p| p.events.clone())
+        lock(&self.pending).get(&execution).and_then(|p| p.handlers.events.clone())
     }
 }
 
