@@ -251,6 +251,10 @@ pub const ENGINE_UNSTOPPABLE: &str =
 /// build without the `v8` feature: kind `invalid`, the program never runs.
 pub const V8_NOT_BUILT: &str = "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs.";
 
+/// The outcome of an execution that asks for WebAssembly (`webAssembly: true`, or an
+/// executor configured so) on QuickJS, which has none: kind `invalid`, the program never runs.
+pub const WEB_ASSEMBLY_NEEDS_V8: &str = "WebAssembly is available on the V8 engine only, and this executor runs QuickJS. Run on V8 (EngineKind::V8, --engine v8) to use it, or leave webAssembly off.";
+
 /// A `ProcessExecutor` whose worker command names another engine than its config: the
 /// executor passes its engine to its workers, so the command need not name one.
 pub const WORKER_ENGINE_MISMATCH: Template = Template(

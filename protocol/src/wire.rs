@@ -85,6 +85,12 @@ pub struct ExecuteRequest {
     /// version 2 server refuses the field).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub events: bool,
+    /// Version 4: put `WebAssembly` on the program's global, every byte it uses charged to
+    /// the run's memory limit (absent by default). An engine without it (QuickJS) refuses
+    /// the run with `texts::WEB_ASSEMBLY_NEEDS_V8`; a server older than version 4 refuses
+    /// the field, so it is sent only when true.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub web_assembly: bool,
 }
 
 impl ExecuteRequest {
@@ -104,6 +110,7 @@ impl ExecuteRequest {
             max_log_bytes: None,
             max_calls_in_flight: None,
             events: false,
+            web_assembly: false,
         }
     }
 }

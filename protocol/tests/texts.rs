@@ -137,6 +137,10 @@ fn the_limit_refusal_and_engine_texts_are_pinned() {
         V8_NOT_BUILT,
         "The V8 engine is not built into this executor. Build codemode-executor with the cargo feature `v8`, or choose EngineKind::QuickJs."
     );
+    assert_eq!(
+        WEB_ASSEMBLY_NEEDS_V8,
+        "WebAssembly is available on the V8 engine only, and this executor runs QuickJS. Run on V8 (EngineKind::V8, --engine v8) to use it, or leave webAssembly off."
+    );
 }
 
 #[test]

@@ -217,6 +217,11 @@ impl EngineKind {
         EngineKind::BUILT_IN.contains(&self)
     }
 
+    /// Whether runs on this engine can have `WebAssembly` ([`ExecutorConfig::web_assembly`]).
+    pub fn has_web_assembly(self) -> bool {
+        self == EngineKind::V8
+    }
+
     /// Why an execution on this engine cannot run in this build: the pinned text of the
     /// outcome, or `None` when the engine is built in.
     pub(crate) fn not_built_text(self) -> Option<&'static str> {
@@ -325,6 +330,10 @@ pub struct ExecutorConfig {
     /// awake at once; the time counts against a CPU quota. Process isolation's workers
     /// get the host's setting, and each worker process has its own bound.
     pub answer_spin: Duration,
+    /// Put `WebAssembly` on every run's global unless its request says otherwise
+    /// ([`crate::Request::web_assembly`]); off by default. V8 only: on QuickJS every
+    /// execution asking for it is refused (`texts::WEB_ASSEMBLY_NEEDS_V8`).
+    pub web_assembly: bool,
 }
 
 /// [`ExecutorConfig::answer_spin`] by default: a call answered over a daemon's Unix socket
@@ -341,6 +350,7 @@ impl Default for ExecutorConfig {
             engine: EngineKind::default(),
             confinement: crate::Confinement::default(),
             answer_spin: DEFAULT_ANSWER_SPIN,
+            web_assembly: false,
         }
     }
 }
@@ -358,6 +368,8 @@ setters!(ExecutorConfig {
     confinement: crate::Confinement,
     /// With this wait awake for a call's answer.
     answer_spin: Duration,
+    /// With `WebAssembly` on every run's global (V8 only).
+    web_assembly: bool,
 });
 
 #[cfg(test)]

@@ -25,6 +25,8 @@ pub struct Request {
     pub(crate) max_payload_bytes: Option<usize>,
     /// Overrides of the stack, result, log volume and calls in flight.
     pub(crate) local: LocalOverrides,
+    /// Whether `WebAssembly` is on the global; `None` takes the executor's setting.
+    pub(crate) web_assembly: Option<bool>,
     /// The host's watch on the run ([`Request::on_event`]).
     pub(crate) on_event: Option<Callback>,
     /// A watcher made already: the wire server's forwarder to its client, or (after
@@ -59,6 +61,7 @@ impl Request {
             memory_limit_bytes: None,
             max_payload_bytes: None,
             local: LocalOverrides::default(),
+            web_assembly: None,
             on_event: None,
             watcher: None,
             answers: None,
@@ -94,6 +97,7 @@ impl Request {
                 max_log_bytes: bytes(wire.max_log_bytes),
                 max_calls_in_flight: bytes(wire.max_calls_in_flight),
             },
+            web_assembly: wire.web_assembly.then_some(true),
             on_event: None,
             watcher: None,
             answers: None,
@@ -266,6 +270,40 @@ impl Request {
         self
     }
 
+    /// Put `WebAssembly` on the program's global (V8 only; absent by default). Every byte
+    /// it uses is charged to the memory limit before it is made: a module's bytes eightfold
+    /// for its compiled code, and each memory's maximum, whole, per instance (a memory
+    /// declaring none gets its initial size as its maximum). On QuickJS the run is refused
+    /// with kind `invalid` and `texts::WEB_ASSEMBLY_NEEDS_V8`. Overrides
+    /// [`ExecutorConfig::web_assembly`].
+    ///
+    /// ```
+    /// use codemode_executor::{EngineKind, Executor, ExecutorConfig, OutcomeKind, Request};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let quickjs = Executor::default();
+    /// let outcome = quickjs.execute(Request::new("async () => typeof WebAssembly").web_assembly(true)).await;
+    /// assert_eq!(outcome.kind(), OutcomeKind::Invalid);
+    /// let outcome = quickjs.execute(Request::new("async () => typeof WebAssembly")).await;
+    /// assert_eq!(outcome.result(), Some(&serde_json::json!("undefined")));
+    /// # });
+    /// ```
+    pub fn web_assembly(mut self, on: bool) -> Request {
+        self.web_assembly = Some(on);
+        self
+    }
+
+    /// Whether this request's run has `WebAssembly`, on an executor configured so.
+    pub(crate) fn web_assembly_on(&self, config: &ExecutorConfig) -> bool {
+        self.web_assembly.unwrap_or(config.web_assembly)
+    }
+
+    /// The refusal of a request for `WebAssembly` on an engine without it.
+    pub(crate) fn web_assembly_refusal(&self, config: &ExecutorConfig) -> Option<&'static str> {
+        (self.web_assembly_on(config) && !config.engine.has_web_assembly())
+            .then_some(codemode_protocol::texts::WEB_ASSEMBLY_NEEDS_V8)
+    }
+
     /// The wire's form of this request (what crosses to a worker process or a daemon).
     /// A watched request asks for `events` (wire version 3); a sender speaking to an older
     /// peer clears it.
@@ -285,6 +323,7 @@ impl Request {
             max_calls_in_flight: self.local.max_calls_in_flight.map(|b| b as u64),
             // A sender speaking below version 3 clears it (such a peer refuses the field).
             events: self.on_event.is_some() || self.watcher.is_some(),
+            web_assembly: self.web_assembly == Some(true),
         }
     }
 
@@ -298,7 +337,8 @@ impl Request {
 
     /// This request with every limit written out, so a worker process or daemon runs it
     /// with this executor's limits rather than its own defaults.
-    pub(crate) fn with_limits(mut self, limits: &Limits) -> Request {
+    pub(crate) fn with_limits(mut self, limits: &Limits, config: &ExecutorConfig) -> Request {
+        self.web_assembly = Some(self.web_assembly_on(config));
         self.timeout = Some(limits.timeout);
         self.memory_limit_bytes = Some(limits.memory_limit_bytes);
         self.max_payload_bytes = Some(limits.max_payload_bytes);

@@ -106,6 +106,9 @@ pub(crate) struct EngineSetup {
     pub(crate) stack_limit_bytes: usize,
     /// Raised by the watchdog or the host: the engine stops at once.
     pub(crate) stop: Arc<AtomicBool>,
+    /// Put `WebAssembly` on the global, every byte it uses charged to `budget`. Only an
+    /// engine with [`Engine::WEB_ASSEMBLY`] is armed so: the executor refuses it for others.
+    pub(crate) web_assembly: bool,
 }
 
 /// One execution's JavaScript engine, used from the thread that made it.
@@ -121,6 +124,11 @@ pub(crate) trait Engine: Sized {
     const NAME: &'static str;
     /// How the columns of the engine's stacks and positions count.
     const COLUMNS: ColumnUnit;
+    /// Whether the engine has WebAssembly to offer a run that asks ([`EngineSetup::web_assembly`]).
+    const WEB_ASSEMBLY: bool = false;
+    /// How long a waiting run may sleep before the engine's own tasks are looked for
+    /// ([`Engine::pump`]); `None` for an engine that posts none.
+    const PLATFORM_POLL: Option<std::time::Duration> = None;
 
     /// A new engine on this thread for executions with these limits. Until it is armed its
     /// allocations are counted but charged to no budget, and nothing can stop it: only the
@@ -174,6 +182,11 @@ pub(crate) trait Engine: Sized {
     fn read(&mut self, value: &Self::Value) -> HostValue;
     /// Whether two handles hold the same value (`===`).
     fn same(&mut self, a: &Self::Value, b: &Self::Value) -> bool;
+    /// Run the engine's own tasks that are due (V8's platform: a wasm compilation's result,
+    /// an `Atomics.waitAsync` timeout); true when one ran, so microtasks may be queued.
+    fn pump(&mut self) -> bool {
+        false
+    }
     /// Run every queued microtask; stops early only when the engine is stopped.
     fn run_microtasks(&mut self) -> Result<(), Thrown<Self::Value>>;
     fn promise_state(&mut self, promise: &Self::Value) -> PromiseState<Self::Value>;

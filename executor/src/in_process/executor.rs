@@ -131,6 +131,10 @@ impl Executor {
             Ok(limits) => limits,
             Err(refusal) => return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None),
         };
+        if let Some(refusal) = request.web_assembly_refusal(&self.inner.config) {
+            return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None);
+        }
+        let web_assembly = request.web_assembly_on(&self.inner.config);
         let scope = match entry_scope(&request.code, &request.providers) {
             Ok(entry) => entry,
             Err(refusal) => return (refusal_outcome(&refusal), None),
@@ -195,6 +199,7 @@ impl Executor {
             live: self.inner.pool.live(),
             watch: watcher,
             answer_spin: self.inner.config.answer_spin.min(crate::runtime::MAX_ANSWER_SPIN),
+            web_assembly,
         };
         self.inner.pool.submit(job);
         let settled = async move {

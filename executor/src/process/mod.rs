@@ -111,10 +111,13 @@ impl ProcessExecutor {
             Ok(limits) => limits,
             Err(refusal) => return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()),
         };
+        if let Some(refusal) = request.web_assembly_refusal(&self.inner.config) {
+            return Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new());
+        }
         if let Err(refusal) = scope_source(&request.code, &request.providers) {
             return crate::in_process::executor::refusal_outcome(&refusal);
         }
-        let (request, delivery) = request.with_limits(&limits).watch_host_side();
+        let (request, delivery) = request.with_limits(&limits, &self.inner.config).watch_host_side();
         let run = self.inner.pool.execute(request, &limits);
         watch::delivered(run, delivery, |(outcome, logs)| (outcome, *logs)).await.0
     }

@@ -71,6 +71,8 @@ pub(crate) struct Job {
     pub(crate) watch: Option<Watcher>,
     /// How long the thread waits awake for a call's answer before it sleeps ([`spin`]).
     pub(crate) answer_spin: Duration,
+    /// `WebAssembly` on the global (the executor refused the run on an engine without it).
+    pub(crate) web_assembly: bool,
 }
 
 /// Holds one execution in its pool's count of live engines until dropped.
@@ -331,6 +333,7 @@ impl<E: Engine> Execution<E> {
             budget,
             stack_limit_bytes: job.limits.stack_limit_bytes,
             stop: Arc::new(AtomicBool::new(false)),
+            web_assembly: job.web_assembly && E::WEB_ASSEMBLY,
         };
         let limits = &job.limits;
         let warm = catch_unwind(AssertUnwindSafe(|| match warm {
@@ -677,7 +680,9 @@ impl<E: Engine> Execution<E> {
                 continue;
             }
             let next_timer = self.state.borrow().timers.next_due();
-            let wake = [next_timer, (!settled).then_some(self.deadline)].into_iter().flatten().min();
+            // The engine's own delayed tasks are not announced: a waiting run looks for them.
+            let platform = E::PLATFORM_POLL.filter(|_| !settled).map(|poll| now + poll);
+            let wake = [next_timer, (!settled).then_some(self.deadline), platform].into_iter().flatten().min();
             // Nothing to run until an answer or a timer: the watcher hears what the run waits on.
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();
@@ -714,7 +719,10 @@ impl<E: Engine> Execution<E> {
                     self.answer(call, answer)
                 }
                 Some(Message::Cancel) => return self.dispose(),
-                None => self.fire_due_timers(),
+                None => {
+                    self.fire_due_timers();
+                    self.pump_platform();
+                }
             }
         }
     }
@@ -808,6 +816,15 @@ impl<E: Engine> Execution<E> {
         self.turn(f);
         if late {
             self.control.late_callbacks.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Run the engine's tasks that came due while the run waited, then their microtasks.
+    fn pump_platform(&mut self) {
+        if let Some(engine) = self.engine.as_mut()
+            && engine.pump()
+        {
+            self.callback_turn(|_| Ok(()));
         }
     }
 

@@ -21,6 +21,7 @@ mod network;
 mod outcomes;
 mod scheduling;
 mod watch;
+mod webassembly;
 
 /// With one engine built in there is no other to run: the test exists only with V8.
 #[cfg(feature = "v8")]

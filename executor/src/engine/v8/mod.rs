@@ -8,6 +8,7 @@
 //! between executions. Built-in scripts keep V8's code cache per process.
 
 mod alloc;
+mod bounds;
 mod builtins;
 mod convert;
 mod stack;
@@ -17,7 +18,7 @@ use std::cell::{Cell, RefCell};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Once};
+use std::sync::{Arc, OnceLock};
 
 use super::{Arg, Engine, EngineSetup, HostValue, Op, PromiseState, Rejection, Stopper, Thrown};
 use alloc::Account;
@@ -42,6 +43,8 @@ pub(crate) struct V8 {
 /// handles before the isolate, the account (read by the allocator and heap callback) after.
 struct Made {
     heap_limit: usize,
+    /// `None` only when the bounds' script failed to install: the engine is then refused.
+    bounds: Option<bounds::Bounds>,
     context: v8::Global<v8::Context>,
     shared: Rc<Shared>,
     isolate: v8::OwnedIsolate,
@@ -102,17 +105,22 @@ impl Drop for V8 {
     }
 }
 
-/// V8's process-wide state, once.
-fn platform() {
-    static PLATFORM: Once = Once::new();
-    PLATFORM.call_once(|| {
+/// V8's process-wide state, made once; the platform runs the isolates' tasks ([`V8::pump`]).
+fn platform() -> &'static v8::SharedRef<v8::Platform> {
+    static PLATFORM: OnceLock<v8::SharedRef<v8::Platform>> = OnceLock::new();
+    PLATFORM.get_or_init(|| {
         // Entropy from getrandom, set before initialisation: V8 never opens /dev/urandom,
         // which a confined worker could not (docs/security.md).
         #[cfg(target_os = "linux")]
         v8::V8::set_entropy_source(fill_random);
-        v8::V8::initialize_platform(v8::new_default_platform(0, false).make_shared());
+        // A wasm memory is at most 4 GiB (bounds.js charges each its maximum before it is
+        // made), and a module at most 64 MiB (its bytes are charged eightfold).
+        v8::V8::set_flags_from_string("--wasm-max-mem-pages=65536 --wasm-max-module-size=67108864");
+        let platform = v8::new_default_platform(0, false).make_shared();
+        v8::V8::initialize_platform(platform.clone());
         v8::V8::initialize();
-    });
+        platform
+    })
 }
 
 /// V8's entropy source: the kernel's random bytes (`getrandom`), `false` if they fail.
@@ -154,26 +162,35 @@ fn made(heap_limit: usize, stack_limit_bytes: usize) -> Made {
         panic: RefCell::default(),
     });
     isolate.set_slot(shared.clone());
-    let context = {
+    let (context, bounds) = {
         v8::scope!(let scope, &mut isolate);
         let context = v8::Context::new(scope, Default::default());
         let name = v8::String::new(scope, "codemode:promise");
         let key = v8::Private::new(scope, name);
         *shared.promise_key.borrow_mut() = Some(v8::Global::new(scope, key));
-        v8::Global::new(scope, context)
+        let global = v8::Global::new(scope, context);
+        let scope = &mut v8::ContextScope::new(scope, context);
+        (global, bounds::Bounds::install(scope))
     };
-    Made { heap_limit, context, shared, isolate, account }
+    Made { heap_limit, bounds, context, shared, isolate, account }
 }
 
 impl Engine for V8 {
     type Value = Handle;
     const NAME: &'static str = "v8";
     const COLUMNS: super::ColumnUnit = super::ColumnUnit::Utf16Units;
+    const WEB_ASSEMBLY: bool = true;
+    // Delayed tasks are not announced: a waiting run looks for them this often.
+    const PLATFORM_POLL: Option<std::time::Duration> = Some(std::time::Duration::from_millis(5));
 
     fn new(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<V8, String> {
+        let made = made(memory_limit_bytes, stack_limit_bytes);
+        if made.bounds.is_none() {
+            return Err("the V8 engine's memory bounds did not install".to_owned());
+        }
         #[allow(unused_mut)]
         let mut engine = V8 {
-            made: made(memory_limit_bytes, stack_limit_bytes),
+            made,
             stop: Arc::default(),
             stack_limit_bytes,
             uncached: Vec::new(),
@@ -193,6 +210,12 @@ impl Engine for V8 {
         self.stop = setup.stop;
         self.stack_limit_bytes = setup.stack_limit_bytes;
         self.armed = true;
+        if setup.web_assembly {
+            // Fails only when the isolate is out of memory or stopped: the run then ends so.
+            let bounds = self.made.bounds.take();
+            let _ = self.with(|scope, _| bounds.as_ref()?.enable_web_assembly(scope));
+            self.made.bounds = bounds;
+        }
     }
 
     fn evaluate_builtin(
@@ -333,7 +356,17 @@ impl Engine for V8 {
         })
     }
 
+    fn pump(&mut self) -> bool {
+        let mut ran = false;
+        // Each task runs in its own scopes; a stopped isolate runs none.
+        while !self.stopped() && v8::Platform::pump_message_loop(platform(), &self.made.isolate, false) {
+            ran = true;
+        }
+        ran
+    }
+
     fn run_microtasks(&mut self) -> Result<(), Thrown<Handle>> {
+        self.pump();
         self.with(|scope, _| {
             scope.perform_microtask_checkpoint();
             Some(v8::undefined(scope).into())

@@ -1,0 +1,70 @@
+//! What V8 allocates outside both its heap limit and the ArrayBuffer allocator, charged to
+//! the execution's budget before it is made (`bounds.js`, installed in every new context).
+//!
+//! - **Resizable and growable buffers** (`maxByteLength`): V8 reserves the maximum and
+//!   commits pages as the buffer grows, without the allocator. The maximum is charged when
+//!   the buffer is made, since growth itself has no hook.
+//! - **Intl objects** hold ICU's objects, which V8 does not report: each is charged
+//!   [`INTL_OBJECT_BYTES`], above the largest measured (a `DateTimeFormat` with a time
+//!   zone, about 40 KiB; docs/engines.md).
+//! - **WebAssembly**, absent unless a run asks for it ([`Bounds::enable_web_assembly`]):
+//!   a module's bytes are charged [`bounds.js`'s `CODE_PER_BYTE`] times over for the code
+//!   compiled from them, and every memory gets a maximum (its initial size when it
+//!   declares none), charged whole per instance: wasm's `memory.grow` runs without
+//!   returning to the host, so it can only be bounded ahead.
+//!
+//! A charge the budget has no room for latches it and stops the isolate: the run ends with
+//! the memory outcome, as for any allocation.
+
+use super::{Shared, convert};
+use std::rc::Rc;
+
+/// What each Intl object is charged.
+const INTL_OBJECT_BYTES: f64 = (64 << 10) as f64;
+
+/// The installed bounds: the `WebAssembly` namespace taken off the global, and the
+/// function that puts it back, bounded.
+pub(super) struct Bounds {
+    original: v8::Global<v8::Value>,
+    enable: v8::Global<v8::Function>,
+}
+
+impl Bounds {
+    /// Install the bounds in `scope`'s context, and take `WebAssembly` off its global.
+    pub(super) fn install(scope: &mut v8::PinScope<'_, '_>) -> Option<Bounds> {
+        let context = scope.get_current_context();
+        let global = context.global(scope);
+        let name = convert::string(scope, "WebAssembly")?;
+        let original = global.get(scope, name.into())?;
+        global.delete(scope, name.into())?;
+        let source = convert::string(scope, include_str!("bounds.js"))?;
+        let origin = super::origin(scope, "codemode:v8-bounds")?;
+        let script = v8::Script::compile(scope, source, Some(&origin))?;
+        let installer = v8::Local::<v8::Function>::try_from(script.run(scope)?).ok()?;
+        let reserve = v8::Function::builder(reserve).build(scope)?;
+        let intl = v8::Number::new(scope, INTL_OBJECT_BYTES);
+        let undefined = v8::undefined(scope).into();
+        let enable = installer.call(scope, undefined, &[reserve.into(), intl.into()])?;
+        let enable = v8::Local::<v8::Function>::try_from(enable).ok()?;
+        Some(Bounds { original: v8::Global::new(scope, original), enable: v8::Global::new(scope, enable) })
+    }
+
+    /// Put `WebAssembly` back on the global, its modules and memories charged.
+    pub(super) fn enable_web_assembly<'s>(&self, scope: &mut v8::PinScope<'s, '_>) -> Option<v8::Local<'s, v8::Value>> {
+        let enable = v8::Local::new(scope, &self.enable);
+        let original = v8::Local::new(scope, &self.original);
+        let undefined = v8::undefined(scope).into();
+        enable.call(scope, undefined, &[original])
+    }
+}
+
+/// `reserve(bytes)`: charge the budget, or stop the isolate when it has no room.
+fn reserve(scope: &mut v8::PinScope<'_, '_>, args: v8::FunctionCallbackArguments<'_>, _: v8::ReturnValue<'_, v8::Value>) {
+    let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
+    let bytes = args.get(0).number_value(scope).unwrap_or(0.0);
+    // Anything past the address space is refused like the address space itself.
+    let bytes = if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX };
+    if !shared.account.charge(bytes) {
+        scope.terminate_execution();
+    }
+}
