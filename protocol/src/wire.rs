@@ -21,8 +21,14 @@ pub const PROTOCOL_NAME: &str = "codemode";
 /// and [`ServerMessage::Refused`]; version 3 adds the execute request's `events` and
 /// [`ServerMessage::Log`] and [`ServerMessage::Waiting`]; version 4 adds the outcome kinds
 /// [`OutcomeKind::Lost`] and [`OutcomeKind::Cancelled`] (a peer below it reads both as
-/// `internal`, [`OutcomeKind::for_version`]).
+/// `internal`, [`OutcomeKind::for_version`]) and the execute request's `webAssembly`.
 pub const PROTOCOL_VERSION: u32 = 4;
+
+/// The exit status of a worker process (`codemode stdio` under process isolation) whose
+/// engine could not get memory from the operating system (the host capped the worker's
+/// committed memory for the run, or the machine is out of it): its host ends the run with
+/// the memory outcome rather than `lost`.
+pub const WORKER_OUT_OF_MEMORY_EXIT: i32 = 86;
 
 /// The first version whose outcomes may say `lost` or `cancelled`.
 pub const LOST_AND_CANCELLED_VERSION: u32 = 4;

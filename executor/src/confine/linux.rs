@@ -204,3 +204,30 @@ pub(super) fn check(pid: u32) -> Result<(), CheckError> {
     }
     Ok(())
 }
+
+/// Cap worker `pid`'s committed memory (`RLIMIT_DATA`, which counts private writable
+/// mappings: V8's reserved but uncommitted heap and wasm guard regions are not in it) at
+/// what it holds now plus `room`, under its hard limit. Set by the host before each run.
+pub(super) fn cap_data(pid: u32, room: u64) -> std::io::Result<()> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+    let held_kib: u64 = status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmData:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no VmData in the worker's status"))?;
+    let pid = libc::pid_t::try_from(pid).map_err(std::io::Error::other)?;
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: reads the limit into `old`, a valid rlimit on the stack.
+    if unsafe { libc::prlimit(pid, libc::RLIMIT_DATA, std::ptr::null(), &mut old) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let cap = libc::rlimit {
+        rlim_cur: held_kib.saturating_mul(1024).saturating_add(room).min(old.rlim_max),
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: a valid rlimit on the stack, read by the kernel only; the old one is not asked for.
+    if unsafe { libc::prlimit(pid, libc::RLIMIT_DATA, &cap, std::ptr::null_mut()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -202,6 +202,25 @@ impl Layers {
     }
 }
 
+/// Room above what a worker holds when a run starts: the engine's heap and its budget
+/// (each up to the run's memory limit), and what V8 and the runtime use beside them.
+pub(crate) fn worker_room(memory_limit_bytes: usize) -> u64 {
+    (memory_limit_bytes as u64).saturating_mul(2).saturating_add(256 << 20)
+}
+
+/// Cap worker `pid`'s committed memory for a run of `memory_limit_bytes` at what it holds
+/// now plus [`worker_room`], so a worker whose engine outgrows its bounds (memory V8 does
+/// not report) dies of it instead of growing the machine. Linux only; elsewhere nothing.
+pub(crate) fn cap_worker_memory(pid: u32, memory_limit_bytes: usize) -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    return linux::cap_data(pid, worker_room(memory_limit_bytes));
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (pid, memory_limit_bytes);
+        Ok(())
+    }
+}
+
 /// The level the host asked this worker for, read from [`CONFINEMENT_VAR`].
 pub fn requested_level() -> Confinement {
     match std::env::var(CONFINEMENT_VAR).ok().and_then(|name| name.parse().ok()) {

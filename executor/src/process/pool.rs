@@ -193,6 +193,11 @@ impl ProcessPool {
         let shared = &self.shared;
         let timeout = limits.timeout;
         let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
+        if let Some(pid) = worker.child.id()
+            && let Err(problem) = confine::cap_worker_memory(pid, limits.memory_limit_bytes)
+        {
+            tracing::warn!(pid, %problem, "cannot cap the worker's memory for the run");
+        }
         match tokio::time::timeout_at(deadline, run(&mut worker, request, limits)).await {
             Ok(Ok(outcome)) => {
                 let spent = matches!(
@@ -207,7 +212,7 @@ impl ProcessPool {
                 }
                 outcome
             }
-            Ok(Err(())) => died(worker).await,
+            Ok(Err(())) => died(worker, limits).await,
             Err(_) => {
                 let _ = worker.child.start_kill();
                 let text = texts::TIMEOUT.fill(&[&timeout.as_millis().to_string()]);
@@ -354,10 +359,17 @@ impl PoolShared {
 
 /// The outcome of a run whose worker ended before it: its exit status read, SIGSYS told
 /// apart (its confinement stopped a forbidden system call).
-async fn died(mut worker: Worker) -> Outcome {
+async fn died(mut worker: Worker, limits: &Limits) -> Outcome {
     let pid = worker.child.id();
     let status = tokio::time::timeout(EXIT_WAIT, worker.child.wait()).await;
     let tail = tail_text(&worker.stderr);
+    if let Ok(Ok(status)) = &status
+        && status.code() == Some(codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT)
+    {
+        tracing::warn!(pid, "worker process ran out of memory mid-run");
+        let text = texts::MEMORY_LIMIT.fill(&[&limits.memory_limit_bytes.to_string()]);
+        return Outcome::failure(OutcomeKind::Memory, text, Vec::new());
+    }
     #[cfg(unix)]
     if let Ok(Ok(status)) = &status
         && confine::killed_by_seccomp(status)

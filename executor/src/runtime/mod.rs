@@ -682,7 +682,8 @@ impl<E: Engine> Execution<E> {
             let next_timer = self.state.borrow().timers.next_due();
             // The engine's own delayed tasks are not announced: a waiting run looks for them.
             let platform = E::PLATFORM_POLL.filter(|_| !settled).map(|poll| now + poll);
-            let wake = [next_timer, (!settled).then_some(self.deadline), platform].into_iter().flatten().min();
+            let wake =
+                [next_timer, (!settled).then_some(self.deadline), platform].into_iter().flatten().min();
             // Nothing to run until an answer or a timer: the watcher hears what the run waits on.
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();

@@ -449,7 +449,12 @@ mod tests {
     fn armed(ops: &[(&'static str, Op)]) -> (QuickJs, Arc<Budget>, Handle) {
         let budget = Arc::new(Budget::new(256 << 20));
         let mut engine = QuickJs::new(256 << 20, 1 << 20).expect("an engine");
-        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default(), web_assembly: false });
+        engine.arm(EngineSetup {
+            budget: budget.clone(),
+            stack_limit_bytes: 1 << 20,
+            stop: Arc::default(),
+            web_assembly: false,
+        });
         let natives = engine.native_object(ops).expect("the natives");
         (engine, budget, natives)
     }
@@ -530,7 +535,12 @@ mod tests {
     /// A sealed engine armed for an execution: the budget it is charged to.
     fn arm_sealed(engine: &mut QuickJs) -> Arc<Budget> {
         let budget = Arc::new(Budget::new(256 << 20));
-        engine.arm(EngineSetup { budget: budget.clone(), stack_limit_bytes: 1 << 20, stop: Arc::default(), web_assembly: false });
+        engine.arm(EngineSetup {
+            budget: budget.clone(),
+            stack_limit_bytes: 1 << 20,
+            stop: Arc::default(),
+            web_assembly: false,
+        });
         budget
     }
 

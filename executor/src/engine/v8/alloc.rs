@@ -154,3 +154,12 @@ pub(super) unsafe extern "C" fn near_heap_limit(data: *mut c_void, current: usiz
     account.exceed();
     current.saturating_mul(2).max(current.saturating_add(256 << 20))
 }
+
+/// V8 could not get memory from the operating system (a worker's cap, or the machine's
+/// end) and cannot go on: the process ends with the status that tells a process-isolation
+/// host it was memory ([`codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT`]). V8 would
+/// end it anyway, with a status no host could tell from a crash.
+pub(super) unsafe extern "C" fn out_of_memory(_location: *const std::ffi::c_char, _details: &v8::OomDetails) {
+    // SAFETY: `_exit` ends the process at once, running nothing that could allocate.
+    unsafe { libc::_exit(codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT) }
+}

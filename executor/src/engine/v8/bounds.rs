@@ -50,7 +50,10 @@ impl Bounds {
     }
 
     /// Put `WebAssembly` back on the global, its modules and memories charged.
-    pub(super) fn enable_web_assembly<'s>(&self, scope: &mut v8::PinScope<'s, '_>) -> Option<v8::Local<'s, v8::Value>> {
+    pub(super) fn enable_web_assembly<'s>(
+        &self,
+        scope: &mut v8::PinScope<'s, '_>,
+    ) -> Option<v8::Local<'s, v8::Value>> {
         let enable = v8::Local::new(scope, &self.enable);
         let original = v8::Local::new(scope, &self.original);
         let undefined = v8::undefined(scope).into();
@@ -59,11 +62,16 @@ impl Bounds {
 }
 
 /// `reserve(bytes)`: charge the budget, or stop the isolate when it has no room.
-fn reserve(scope: &mut v8::PinScope<'_, '_>, args: v8::FunctionCallbackArguments<'_>, _: v8::ReturnValue<'_, v8::Value>) {
+fn reserve(
+    scope: &mut v8::PinScope<'_, '_>,
+    args: v8::FunctionCallbackArguments<'_>,
+    _: v8::ReturnValue<'_, v8::Value>,
+) {
     let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
     let bytes = args.get(0).number_value(scope).unwrap_or(0.0);
     // Anything past the address space is refused like the address space itself.
-    let bytes = if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX };
+    let bytes =
+        if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX };
     if !shared.account.charge(bytes) {
         scope.terminate_execution();
     }

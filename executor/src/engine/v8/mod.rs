@@ -151,6 +151,7 @@ fn made(heap_limit: usize, stack_limit_bytes: usize) -> Made {
     stack::set_stack_limit(&mut isolate, stack_limit_bytes);
     account.set_isolate(isolate.thread_safe_handle());
     isolate.add_near_heap_limit_callback(alloc::near_heap_limit, Arc::as_ptr(&account).cast_mut().cast());
+    isolate.set_oom_error_handler(alloc::out_of_memory);
     isolate.set_microtasks_policy(v8::MicrotasksPolicy::Explicit);
     isolate.set_promise_reject_callback(promise_rejected);
     let shared = Rc::new(Shared {
@@ -189,13 +190,8 @@ impl Engine for V8 {
             return Err("the V8 engine's memory bounds did not install".to_owned());
         }
         #[allow(unused_mut)]
-        let mut engine = V8 {
-            made,
-            stop: Arc::default(),
-            stack_limit_bytes,
-            uncached: Vec::new(),
-            armed: false,
-        };
+        let mut engine =
+            V8 { made, stop: Arc::default(), stack_limit_bytes, uncached: Vec::new(), armed: false };
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
