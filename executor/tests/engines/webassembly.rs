@@ -180,3 +180,16 @@ fn watch_children(watching: std::sync::Arc<std::sync::atomic::AtomicBool>) -> st
         peak
     })
 }
+
+/// In-process, the same string passes V8's heap limit in one step without V8 asking: the
+/// run still ends with the memory outcome, read from the heap at the end of its turn.
+#[tokio::test]
+async fn a_string_flattened_past_the_heap_limit_in_one_step_ends_with_the_memory_outcome() {
+    let rope = "async () => { let s = 'é'.repeat(1 << 20); for (let i = 0; i < 6; i++) s = s + s; \
+                return s.indexOf('y') }";
+    let outcome = run(Request::new(rope).memory_limit_bytes(32 << 20)).await;
+    assert_eq!(
+        json(&outcome),
+        r#"{"error":"Execution ran out of memory: the limit is 33554432 bytes.","kind":"memory","logs":[]}"#
+    );
+}

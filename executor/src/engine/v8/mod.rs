@@ -367,6 +367,11 @@ impl Engine for V8 {
             scope.perform_microtask_checkpoint();
             Some(v8::undefined(scope).into())
         })?;
+        // One allocation in large-object space (a rope flattened in one native step) can
+        // pass the heap limit without V8 asking: the run's heap is read at each turn's end.
+        if self.made.isolate.get_heap_statistics().used_heap_size() > self.made.heap_limit {
+            self.made.account.exceed();
+        }
         if self.stopped() || self.made.isolate.is_execution_terminating() {
             return Err(Thrown::Stopped);
         }
