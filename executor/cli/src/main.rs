@@ -112,6 +112,10 @@ enum Command {
         /// its own), else quickjs; given, it must agree with the host's.
         #[arg(long = "engine", value_name = "NAME")]
         engine: Option<String>,
+        /// Put WebAssembly on the global of every program whose request does not say
+        /// otherwise (V8 only).
+        #[arg(long)]
+        webassembly: bool,
     },
     /// Serve the executor as a daemon: every call travels back over the connection.
     Serve(Box<serve::ServeArgs>),
@@ -197,12 +201,31 @@ struct EngineArg {
     /// The JavaScript engine: quickjs, or v8 in a build with the `v8` feature.
     #[arg(long = "engine", value_name = "NAME", default_value = "quickjs")]
     name: String,
+    /// Put WebAssembly on every program's global (V8 only), every byte it uses charged to
+    /// the memory limit (docs/engines.md).
+    #[arg(long)]
+    webassembly: bool,
 }
 
 impl EngineArg {
     fn kind(&self) -> Result<EngineKind, String> {
         self.name.parse().map_err(|e: codemode_executor::ParseEngineError| e.to_string())
     }
+
+    /// The engine named, refused when it cannot have the WebAssembly asked for.
+    fn kind_with_web_assembly(&self) -> Result<EngineKind, String> {
+        let engine = self.kind()?;
+        web_assembly_on(engine, self.webassembly)?;
+        Ok(engine)
+    }
+}
+
+/// `--webassembly` on `engine`: refused, with the pinned text, on an engine without it.
+fn web_assembly_on(engine: EngineKind, asked: bool) -> Result<(), String> {
+    if asked && !engine.has_web_assembly() {
+        return Err(codemode_protocol::texts::WEB_ASSEMBLY_NEEDS_V8.to_owned());
+    }
+    Ok(())
 }
 
 /// The executor's default configuration on `engine`.
@@ -244,9 +267,9 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => usage_error(problem),
         },
-        Command::Stdio { engine } => match stdio_engine(engine.as_deref()) {
+        Command::Stdio { engine, webassembly } => match stdio_engine(engine.as_deref(), webassembly) {
             Err(problem) => usage_error(problem),
-            Ok(engine) => match stdio(engine) {
+            Ok(engine) => match stdio(engine, webassembly) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(message) => {
                     eprintln!("codemode stdio: {message}");
@@ -274,7 +297,11 @@ fn main() -> ExitCode {
             connect,
             view,
         } => {
-            let engine = match engine.kind() {
+            // Over --connect the daemon's engine runs it, and refuses what it cannot.
+            let checked =
+                if connect.connect.is_empty() { engine.kind_with_web_assembly() } else { engine.kind() };
+            let web_assembly = engine.webassembly;
+            let engine = match checked {
                 Ok(engine) => engine,
                 Err(problem) => return usage_error(problem),
             };
@@ -290,7 +317,7 @@ fn main() -> ExitCode {
                 sources,
                 (timeout_ms, memory_limit_bytes),
                 (isolation, confinement),
-                engine,
+                (engine, web_assembly),
                 connect,
                 view,
             ) {
@@ -310,14 +337,16 @@ fn usage_error(problem: String) -> ExitCode {
 }
 
 /// The engine `codemode stdio` serves on: its `--engine`, agreeing with the host's.
-fn stdio_engine(flag: Option<&str>) -> Result<EngineKind, String> {
+fn stdio_engine(flag: Option<&str>, webassembly: bool) -> Result<EngineKind, String> {
     let flag = flag.map(|name| name.parse::<EngineKind>().map_err(|e| e.to_string())).transpose()?;
-    codemode_executor::wire::worker::worker_engine(flag).map_err(|e| e.to_string())
+    let engine = codemode_executor::wire::worker::worker_engine(flag).map_err(|e| e.to_string())?;
+    web_assembly_on(engine, webassembly)?;
+    Ok(engine)
 }
 
 /// A worker of process isolation: confined as its host asks (`wire::worker`).
-fn stdio(engine: EngineKind) -> Result<(), String> {
-    codemode_executor::wire::worker::serve_stdio(engine).map_err(|e| e.to_string())
+fn stdio(engine: EngineKind, web_assembly: bool) -> Result<(), String> {
+    codemode_executor::wire::worker::serve_stdio(engine, web_assembly).map_err(|e| e.to_string())
 }
 
 /// Where a run's providers come from.
@@ -454,7 +483,7 @@ fn run(
     sources: Sources,
     (timeout_ms, memory_limit_bytes): (Option<u64>, Option<usize>),
     (isolation, confinement): (IsolationArg, Confinement),
-    engine: EngineKind,
+    (engine, web_assembly): (EngineKind, bool),
     connect: ConnectArgs,
     view: ViewArgs,
 ) -> Result<ExitCode, String> {
@@ -462,6 +491,9 @@ fn run(
     let watch = watch::Watch::new(view.trace);
     let heard = watch.clone();
     let mut request = Request::new(code).on_event(move |event| heard.hear(event));
+    if web_assembly {
+        request = request.web_assembly(true);
+    }
     let toolbox = toolbox(sources.db.as_deref(), sources.spec.as_deref())?;
     if let Some(path) = &sources.fixture {
         let fixture = fixture::Fixture::load(path)?;

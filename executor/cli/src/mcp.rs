@@ -153,7 +153,7 @@ fn split_words(text: &str) -> Result<Vec<String>, String> {
 /// Run `codemode mcp`: exit 2 for bad usage or a provider that cannot start, 1 when
 /// serving fails, 0 when the client (stdio) closes.
 pub(crate) fn mcp(args: McpArgs) -> ExitCode {
-    let engine = match args.engine.kind() {
+    let engine = match args.engine.kind_with_web_assembly() {
         Ok(engine) => engine,
         Err(problem) => return crate::usage_error(problem),
     };
@@ -207,8 +207,12 @@ async fn start(
     }
     let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
     let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
-    let server = CodeModeServer::new(Executor::new(crate::config(engine)), toolbox, limits)
-        .map_err(|e| e.to_string())?;
+    let server = CodeModeServer::new(
+        Executor::new(crate::config(engine).web_assembly(args.engine.webassembly)),
+        toolbox,
+        limits,
+    )
+    .map_err(|e| e.to_string())?;
     if names.is_empty() {
         eprintln!(
             "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"

@@ -91,6 +91,10 @@ pub(crate) struct ServeArgs {
     /// at most 1000; 0 never does [default: 50].
     #[arg(long, value_name = "MICROS")]
     answer_spin_us: Option<u64>,
+    /// Put WebAssembly on the global of every program whose request does not ask for it
+    /// itself (V8 only), every byte it uses charged to the memory limit.
+    #[arg(long)]
+    webassembly: bool,
     /// An execution's wall-clock limit unless its request asks otherwise [default: 30000].
     #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
@@ -159,6 +163,7 @@ impl ServeArgs {
             .map(|i| if i == "process" { IsolationKind::Process } else { IsolationKind::InProcess });
         executor.confinement = self.confinement.as_deref().and_then(|c| c.parse().ok());
         executor.answer_spin_us = self.answer_spin_us;
+        executor.web_assembly = self.webassembly.then_some(true);
         config.limits.timeout_ms = self.timeout_ms;
         config.limits.memory_limit_bytes = self.memory_limit_bytes;
         config.ceilings.timeout_ms = self.max_timeout_ms;

@@ -165,6 +165,49 @@ fn an_engine_this_build_lacks_is_refused_with_exit_code_2() {
 }
 
 #[test]
+fn webassembly_on_quickjs_is_refused_with_exit_code_2() {
+    let program = examples().join("top-customers.js").display().to_string();
+    for (command, prefix) in [
+        (&["run", &program][..], "codemode: "),
+        (&["stdio"], "codemode: "),
+        (&["serve", "--listen", "unix:/nonexistent/codemode.sock"], "codemode: [executor] web_assembly: "),
+    ] {
+        let refused =
+            Command::new(env!("CARGO_BIN_EXE_codemode")).args(command).arg("--webassembly").output().unwrap();
+        assert_eq!(refused.status.code(), Some(2), "{command:?}");
+        assert_eq!(
+            String::from_utf8(refused.stderr).unwrap(),
+            format!("{prefix}{}\n", codemode_protocol::texts::WEB_ASSEMBLY_NEEDS_V8),
+            "{command:?}"
+        );
+    }
+}
+
+/// `add(2, 3)` of a module instantiated from its bytes.
+#[cfg(feature = "v8")]
+const ADD: &str = "async () => { const bytes = new Uint8Array([0,97,115,109,1,0,0,0,1,7,1,96,2,127,127,1,127,3,2,1,0,7,7,1,3,97,100,100,0,0,10,9,1,7,0,32,0,32,1,106,11]); \
+                   const { instance } = await WebAssembly.instantiate(bytes); return instance.exports.add(2, 3) }";
+
+#[cfg(feature = "v8")]
+#[test]
+fn webassembly_is_there_on_v8_only_when_asked_for() {
+    for isolation in ["in-process", "process"] {
+        let (code, stdout, stderr) =
+            codemode(ADD, &["--engine", "v8", "--webassembly", "--isolation", isolation]);
+        assert_eq!((code, stdout.as_str()), (0, "{\"result\":5,\"logs\":[]}\n"), "{isolation}: {stderr}");
+        let (code, stdout, _) = codemode(ADD, &["--engine", "v8", "--isolation", isolation]);
+        assert_eq!(
+            (code, stdout.as_str()),
+            (
+                1,
+                "{\"error\":\"WebAssembly is not defined\",\"kind\":\"thrown\",\"location\":{\"line\":1,\"column\":159},\"logs\":[]}\n"
+            ),
+            "{isolation}"
+        );
+    }
+}
+
+#[test]
 fn blob_columns_reach_the_program_as_uint8array() {
     let (code, stdout, _) = codemode(
         "async () => { const [row] = await db.query('SELECT avatar FROM customers WHERE id = ?', 1); return row.avatar }",

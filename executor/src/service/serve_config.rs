@@ -17,6 +17,7 @@
 //! isolation = "process"
 //! confinement = "required"   # or "best-effort", "off" (docs/security.md)
 //! answer_spin_us = 50        # waits awake for a call's answer this long; 0 never
+//! web_assembly = false       # true: WebAssembly on every run's global (V8 only)
 //!
 //! [limits]          # what a request runs with unless it asks otherwise
 //! timeout_ms = 30000
@@ -52,6 +53,9 @@ pub enum ConfigError {
     /// `[executor] workers = 0`.
     #[error("[executor] workers must be at least 1")]
     NoWorkers,
+    /// `[executor] web_assembly = true` on an engine without it.
+    #[error("[executor] web_assembly: {}", codemode_protocol::texts::WEB_ASSEMBLY_NEEDS_V8)]
+    WebAssemblyNeedsV8,
     /// `[executor] engine` names no engine of this build.
     #[error("{0}")]
     Engine(#[source] ParseEngineError),
@@ -195,6 +199,9 @@ pub struct ExecutorSection {
     /// How long an execution's thread waits awake for a call's answer, in microseconds,
     /// at most 1000; 0 never does (see [`ExecutorConfig::answer_spin`]). Default 50.
     pub answer_spin_us: Option<u64>,
+    /// `WebAssembly` on the global of every run whose request does not ask for it itself
+    /// (V8 only; see [`ExecutorConfig::web_assembly`]). Default false.
+    pub web_assembly: Option<bool>,
 }
 
 /// `[limits]` and `[ceilings]`: each limit of an execution.
@@ -258,7 +265,11 @@ impl ServeConfig {
             flags,
             [listen, token_file, tls_cert, tls_key, log_format, log_level, admin, drain_timeout_ms]
         );
-        overlay!(self.executor, flags.executor, [workers, engine, isolation, confinement, answer_spin_us]);
+        overlay!(
+            self.executor,
+            flags.executor,
+            [workers, engine, isolation, confinement, answer_spin_us, web_assembly]
+        );
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
                 base,
@@ -327,6 +338,12 @@ impl ServeConfig {
         }
         if let Some(confinement) = self.executor.confinement {
             config.confinement = confinement;
+        }
+        if let Some(on) = self.executor.web_assembly {
+            if on && !config.engine.has_web_assembly() {
+                return Err(ConfigError::WebAssemblyNeedsV8);
+            }
+            config.web_assembly = on;
         }
         if let Some(micros) = self.executor.answer_spin_us {
             let most = crate::runtime::MAX_ANSWER_SPIN.as_micros();

@@ -108,6 +108,8 @@ impl Engine for QuickJs {
     }
 
     fn arm(&mut self, setup: EngineSetup) {
+        // QuickJS has no WebAssembly: the executor refuses such a run before it has an engine.
+        debug_assert!(!setup.web_assembly, "a run asking for WebAssembly reached QuickJS");
         self.heap.account.attach(setup.budget);
         self.runtime.set_max_stack_size(setup.stack_limit_bytes);
         self.stop = setup.stop;

@@ -84,9 +84,10 @@ pub enum WorkerError {
 }
 
 /// Serve the wire protocol on stdin and stdout at the level the host asked for, on
-/// `engine`; `Err` when confinement required could not be set up (the host sees the
+/// `engine`, with `WebAssembly` for requests that do not say (process isolation's
+/// requests always say; [`ExecutorConfig::web_assembly`]); `Err` when confinement required could not be set up (the host sees the
 /// worker end before its hello, and the reason on its stderr).
-pub fn serve_stdio(engine: EngineKind) -> Result<(), WorkerError> {
+pub fn serve_stdio(engine: EngineKind, web_assembly: bool) -> Result<(), WorkerError> {
     let level = confine::requested_level();
     let data_limit = std::env::var(confine::DATA_LIMIT_VAR)
         .ok()
@@ -104,7 +105,7 @@ pub fn serve_stdio(engine: EngineKind) -> Result<(), WorkerError> {
     let served = runtime.spawn(async move {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
-        let mut config = ExecutorConfig::default().engine(engine).workers(1);
+        let mut config = ExecutorConfig::default().engine(engine).workers(1).web_assembly(web_assembly);
         if let Some(micros) = std::env::var(ANSWER_SPIN_VAR).ok().and_then(|v| v.parse().ok()) {
             config.answer_spin = std::time::Duration::from_micros(micros);
         }
