@@ -127,6 +127,13 @@ impl Subprocess {
 
     /// The built-in executor behind the wire protocol: `codemode stdio --engine NAME`, with
     /// `codemode` the binary at that path.
+    /// This command with `arg` after its own (`--webassembly`).
+    pub fn arg(mut self, arg: &str) -> Subprocess {
+        self.args.push(arg.to_owned());
+        self.name = format!("codemode {}", self.args.join(" "));
+        self
+    }
+
     pub fn codemode_stdio(codemode: &Path, engine: EngineKind) -> Subprocess {
         let args = vec!["stdio".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
         Subprocess {
@@ -259,7 +266,18 @@ impl Served {
     /// Start `codemode serve` (the binary at `codemode`) on `engine`, wait until it says
     /// it listens, and connect.
     pub async fn start(codemode: &Path, engine: EngineKind, listen: Listen) -> Result<Served, String> {
+        Served::start_with(codemode, engine, listen, &[]).await
+    }
+
+    /// [`Served::start`] with `extra` flags for `codemode serve` (`--webassembly`).
+    pub async fn start_with(
+        codemode: &Path,
+        engine: EngineKind,
+        listen: Listen,
+        extra: &[&str],
+    ) -> Result<Served, String> {
         let mut args = vec!["serve".to_owned(), "--engine".to_owned(), engine.name().to_owned()];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
         let (token, leftovers) = match &listen {
             Listen::Unix(path) => {
                 args.extend(["--listen".to_owned(), format!("unix:{}", path.display())]);

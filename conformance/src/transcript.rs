@@ -85,8 +85,15 @@ pub fn load(path: &Path) -> Result<Transcript, LoadError> {
     if transcript.request.events {
         return Err(fail(NO_EVENTS.to_owned()));
     }
+    if transcript.request.web_assembly {
+        return Err(fail(NO_WEB_ASSEMBLY.to_owned()));
+    }
     Ok(transcript)
 }
+
+/// Version 4's `webAssembly` is no part of format v1: an implementation runs a column of
+/// the matrix with it on (`--webassembly`), not a transcript.
+const NO_WEB_ASSEMBLY: &str = "does not match transcript format v1: unknown field `webAssembly` (a transcript runs with the implementation's own setting)";
 
 /// A transcript records outcomes, not progress, and the runner speaks wire version 1:
 /// version 3's `events` is no part of format v1.
@@ -96,11 +103,13 @@ const NO_EVENTS: &str =
 /// The JSON Schema of the transcript format, as committed in `conformance/transcript.schema.json`.
 pub fn schema() -> String {
     let mut schema = serde_json::to_value(schemars::schema_for!(Transcript)).unwrap_or_default();
-    // The wire's `events` (version 3) is no part of format v1: the loader refuses it.
+    // The wire's `events` (version 3) and `webAssembly` (version 4) are no part of format
+    // v1: the loader refuses them.
     if let Some(properties) =
         schema.pointer_mut("/$defs/ExecuteRequest/properties").and_then(|p| p.as_object_mut())
     {
         properties.remove("events");
+        properties.remove("webAssembly");
     }
     let mut text = serde_json::to_string_pretty(&schema).unwrap_or_default();
     text.push('\n');

@@ -1,7 +1,8 @@
 //! The conformance matrix: every transcript against every engine built in and every
 //! transport, one named trial each (`quickjs/stdio/names-fetch`), on libtest-mimic.
 //!
-//! Engines: QuickJS, and V8 with the `v8` feature. Transports: `in-process` (the
+//! Columns: QuickJS, and V8 with the `v8` feature, then V8 again with WebAssembly on
+//! (`v8+webassembly`: every implementation started with `--webassembly`). Transports: `in-process` (the
 //! executor in this process), `stdio` (`codemode stdio --engine NAME`, a process per
 //! case), `unix` (`codemode serve --engine NAME` on a Unix socket) and `tcp` (the same
 //! on loopback TCP with a token) and `process` (the executor's process isolation, each
@@ -57,6 +58,36 @@ fn list_path(name: &str) -> (PathBuf, String) {
     (conformance_dir().join("expected-failures").join(name), format!("conformance/expected-failures/{name}"))
 }
 
+/// A column of the matrix: an engine, and whether its runs have `WebAssembly`
+/// (`v8+webassembly`: every transcript again with it on, to show the rest is unchanged).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Column {
+    engine: EngineKind,
+    web_assembly: bool,
+}
+
+impl Column {
+    /// Every engine built in, then each that has WebAssembly again with it on.
+    fn all() -> Vec<Column> {
+        let plain = EngineKind::BUILT_IN.iter().map(|&engine| Column { engine, web_assembly: false });
+        let with = EngineKind::BUILT_IN
+            .iter()
+            .filter(|engine| engine.has_web_assembly())
+            .map(|&engine| Column { engine, web_assembly: true });
+        plain.chain(with).collect()
+    }
+
+    fn name(self) -> String {
+        let suffix = if self.web_assembly { "+webassembly" } else { "" };
+        format!("{}{suffix}", self.engine.name())
+    }
+
+    /// The flags of `codemode stdio` and `codemode serve` for this column.
+    fn flags(self) -> &'static [&'static str] {
+        if self.web_assembly { &["--webassembly"] } else { &[] }
+    }
+}
+
 /// An implementation started on first use (or why it could not start), shared by its trials.
 type Started = Arc<OnceLock<Result<Arc<dyn Implementation>, String>>>;
 
@@ -65,7 +96,7 @@ type Started = Arc<OnceLock<Result<Arc<dyn Implementation>, String>>>;
 struct Matrix {
     runtime: tokio::runtime::Runtime,
     codemode: OnceLock<Result<PathBuf, String>>,
-    implementations: Mutex<HashMap<(EngineKind, Transport), Started>>,
+    implementations: Mutex<HashMap<(Column, Transport), Started>>,
 }
 
 impl Matrix {
@@ -86,48 +117,60 @@ impl Matrix {
 
     fn implementation(
         &self,
-        engine: EngineKind,
+        column: Column,
         transport: Transport,
     ) -> Result<Arc<dyn Implementation>, String> {
         let cell = self
             .implementations
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry((engine, transport))
+            .entry((column, transport))
             .or_default()
             .clone();
-        cell.get_or_init(|| self.start(engine, transport)).clone()
+        cell.get_or_init(|| self.start(column, transport)).clone()
     }
 
-    fn start(&self, engine: EngineKind, transport: Transport) -> Result<Arc<dyn Implementation>, String> {
+    fn start(&self, column: Column, transport: Transport) -> Result<Arc<dyn Implementation>, String> {
+        let engine = column.engine;
         let scratch = std::env::temp_dir().join(format!(
             "codemode-conformance-{}-{}",
             std::process::id(),
-            engine.name()
+            column.name()
         ));
+        let config = ExecutorConfig::default().engine(engine).web_assembly(column.web_assembly);
         Ok(match transport {
             Transport::InProcess => {
                 let _inside = self.runtime.enter();
-                Arc::new(Executes::on(engine))
+                let name = format!("built-in on {}, in-process", column.name());
+                Arc::new(Executes::new(name, engine.name(), codemode_executor::Executor::new(config)))
             }
-            Transport::Stdio => Arc::new(Subprocess::codemode_stdio(&self.codemode()?, engine)),
+            Transport::Stdio => Arc::new(
+                column
+                    .flags()
+                    .iter()
+                    .fold(Subprocess::codemode_stdio(&self.codemode()?, engine), |s, f| s.arg(f)),
+            ),
             Transport::Unix => {
                 let listen = Listen::Unix(scratch.with_extension("sock"));
-                Arc::new(self.runtime.block_on(Served::start(&self.codemode()?, engine, listen))?)
+                let codemode = self.codemode()?;
+                let served = Served::start_with(&codemode, engine, listen, column.flags());
+                Arc::new(self.runtime.block_on(served)?)
             }
             Transport::Tcp => {
                 let listen = Listen::Tcp {
                     token: "conformance".to_owned(),
                     token_file: scratch.with_extension("token"),
                 };
-                Arc::new(self.runtime.block_on(Served::start(&self.codemode()?, engine, listen))?)
+                let codemode = self.codemode()?;
+                let served = Served::start_with(&codemode, engine, listen, column.flags());
+                Arc::new(self.runtime.block_on(served)?)
             }
             Transport::Process => {
                 let _inside = self.runtime.enter();
                 let args = ["stdio", "--engine", engine.name()].map(str::to_owned).to_vec();
                 let command = WorkerCommand::new(self.codemode()?, args);
-                let config = ExecutorConfig::default().engine(engine).confinement(Confinement::Required);
-                let name = format!("built-in on {}, process isolation, confined", engine.name());
+                let config = config.confinement(Confinement::Required);
+                let name = format!("built-in on {}, process isolation, confined", column.name());
                 Arc::new(Executes::new(name, engine.name(), ProcessExecutor::new(config, command)))
             }
         })
@@ -135,15 +178,15 @@ impl Matrix {
 
     fn run(
         &self,
-        engine: EngineKind,
+        column: Column,
         transport: Transport,
         transcript: &Transcript,
         known: Option<&ExpectedFailure>,
         list: &str,
     ) -> Result<(), Failed> {
         let implementation = self
-            .implementation(engine, transport)
-            .map_err(|problem| format!("cannot start {}/{}: {problem}", engine.name(), transport.name()))?;
+            .implementation(column, transport)
+            .map_err(|problem| format!("cannot start {}/{}: {problem}", column.name(), transport.name()))?;
         let result = self.runtime.block_on(run_case(implementation.as_ref(), transcript));
         match judge(result, known, list) {
             Verdict::Pass | Verdict::ExpectedFailure { .. } => Ok(()),
@@ -225,13 +268,13 @@ fn main() -> ExitCode {
     };
     let matrix = Arc::new(Matrix::new());
     let mut trials = Vec::new();
-    for &engine in EngineKind::BUILT_IN {
+    for column in Column::all() {
         let (for_engine, engine_list, check) =
-            expected_failures(&format!("{}.json", engine.name()), false, &suite);
+            expected_failures(&format!("{}.json", column.name()), false, &suite);
         trials.extend(check);
         for transport in Transport::ALL {
             let (for_transport, transport_list, check) =
-                expected_failures(&format!("{}.{}.json", engine.name(), transport.name()), true, &suite);
+                expected_failures(&format!("{}.{}.json", column.name(), transport.name()), true, &suite);
             trials.extend(check);
             for (file, transcript) in &suite {
                 let named = format!("{file}.json");
@@ -242,8 +285,8 @@ fn main() -> ExitCode {
                 let xfail = known.is_some();
                 let (matrix, transcript) = (matrix.clone(), transcript.clone());
                 let trial =
-                    Trial::test(format!("{}/{}/{file}", engine.name(), transport.name()), move || {
-                        matrix.run(engine, transport, &transcript, known.as_ref(), &list)
+                    Trial::test(format!("{}/{}/{file}", column.name(), transport.name()), move || {
+                        matrix.run(column, transport, &transcript, known.as_ref(), &list)
                     });
                 trials.push(if xfail { trial.with_kind("xfail") } else { trial });
             }

@@ -84,6 +84,25 @@ fn a_transcript_asking_for_events_is_refused() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The wire's `webAssembly` (version 4) is the implementation's setting in the matrix, not
+/// a transcript's: format v1 refuses it.
+#[test]
+fn a_transcript_asking_for_web_assembly_is_refused() {
+    let dir = std::env::temp_dir().join(format!("codemode-wasm-transcript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("wasm.json"),
+        r#"{"name":"x","section":"y","request":{"code":"1","webAssembly":true},"outcome":{"logs":[]}}"#,
+    )
+    .unwrap();
+    let error = load_dir(&dir).unwrap_err();
+    assert_eq!(
+        error.message,
+        "does not match transcript format v1: unknown field `webAssembly` (a transcript runs with the implementation's own setting)"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[tokio::test]
 async fn the_runner_fails_an_outcome_of_the_same_text_and_another_kind() {
     let (_, mut transcript) =
