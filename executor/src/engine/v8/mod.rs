@@ -61,6 +61,8 @@ struct Shared {
     next_key: Cell<u64>,
     /// A panic in an op, carried across V8's frames and resumed once V8 has returned.
     panic: RefCell<Option<Box<dyn Any + Send>>>,
+    /// ICU objects made and dropped since the heap was last collected for them ([`bounds`]).
+    icu_garbage: Cell<usize>,
 }
 
 impl Shared {
@@ -161,6 +163,7 @@ fn made(heap_limit: usize, stack_limit_bytes: usize) -> Made {
         promise_key: RefCell::default(),
         next_key: Cell::new(0),
         panic: RefCell::default(),
+        icu_garbage: Cell::new(0),
     });
     isolate.set_slot(shared.clone());
     let (context, bounds) = {
