@@ -18,7 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::support::{config, engine, json};
-use codemode_executor::{Confinement, EngineKind, Execute, Executor, ProcessExecutor, Request, WorkerCommand};
+use codemode_executor::{
+    Confinement, EngineKind, Execute, Executor, ProcessExecutor, Request, WorkerCommand,
+};
 use codemode_protocol::texts::WEB_ASSEMBLY_NEEDS_V8;
 
 /// The memory limit of every program here: small, so that each reaches it quickly.
@@ -81,7 +83,13 @@ fn the_v8_hostile_cases_hold_in_confined_workers() {
     let me = std::env::current_exe().expect("the suite knows its own binary");
     let output = std::process::Command::new(me)
         .env(CONFINED_VARIABLE, "1")
-        .args(["hostile_v8::", "--skip", "the_v8_hostile_cases_hold_in_confined_workers", "--test-threads", "2"])
+        .args([
+            "hostile_v8::",
+            "--skip",
+            "the_v8_hostile_cases_hold_in_confined_workers",
+            "--test-threads",
+            "2",
+        ])
         .output()
         .expect("the suite runs again");
     let text = String::from_utf8_lossy(&output.stdout);
@@ -118,14 +126,19 @@ impl Case {
     }
 
     fn request(&self) -> Request {
-        Request::new(self.code.as_str()).web_assembly(self.wasm).memory_limit_bytes(LIMIT).timeout(self.timeout)
+        Request::new(self.code.as_str())
+            .web_assembly(self.wasm)
+            .memory_limit_bytes(LIMIT)
+            .timeout(self.timeout)
     }
 
     /// The outcome on the suite's engine, or `None` when it is not run there.
     fn expected(&self) -> Option<String> {
         match engine() {
             EngineKind::V8 => Some(self.v8.to_owned()),
-            _ if self.wasm => Some(format!(r#"{{"error":"{WEB_ASSEMBLY_NEEDS_V8}","kind":"invalid","logs":[]}}"#)),
+            _ if self.wasm => {
+                Some(format!(r#"{{"error":"{WEB_ASSEMBLY_NEEDS_V8}","kind":"invalid","logs":[]}}"#))
+            }
             _ => self.quickjs.map(str::to_owned),
         }
     }
@@ -328,16 +341,18 @@ memory_cases! {
         "async () => { const keep = []; for (;;) { const b = new SharedArrayBuffer(0, { maxByteLength: 8 << 20 }); b.grow(8 << 20); new Uint8Array(b).fill(1); keep.push(b) } }",
         MEMORY,
     ),
+    // V8 reads the maximum again after the charge (a getter, a valueOf): it must be what
+    // is charged. QuickJS reads it once: 0, so the buffer cannot grow.
     a_resizable_buffer_whose_maximum_is_read_twice: Case::new(
         "async () => { let reads = 0; const b = new ArrayBuffer(0, { maxByteLength: { valueOf: () => reads++ ? 2 ** 28 : 0 } }); \
          b.resize(2 ** 28); new Uint8Array(b).fill(1); return [reads, b.byteLength] }",
         MEMORY,
-    ).quickjs(MEMORY),
+    ).quickjs(r#"{"error":"invalid array buffer length","kind":"thrown","location":{"line":1,"column":123},"logs":[]}"#),
     a_resizable_buffer_whose_maximum_is_a_getter: Case::new(
         "async () => { let reads = 0; const b = new ArrayBuffer(0, { get maxByteLength() { return reads++ ? 2 ** 28 : 0 } }); \
          b.resize(2 ** 28); new Uint8Array(b).fill(1); return [reads, b.byteLength] }",
         MEMORY,
-    ).quickjs(MEMORY),
+    ).quickjs(r#"{"error":"invalid array buffer length","kind":"thrown","location":{"line":1,"column":120},"logs":[]}"#),
     a_growable_shared_buffer_whose_maximum_is_read_twice: Case::new(
         "async () => { let reads = 0; const b = new SharedArrayBuffer(0, { maxByteLength: { valueOf: () => reads++ ? 2 ** 28 : 0 } }); \
          b.grow(2 ** 28); new Uint8Array(b).fill(1); return [reads, b.byteLength] }",
@@ -392,7 +407,7 @@ memory_cases! {
     call_sites_give_no_original_array_buffer: Case::new(
         call_sites_under("maxByteLength", "8", "new ArrayBuffer(0, options)"),
         r#"{"result":["the getter"],"logs":[]}"#,
-    ).quickjs(r#"{"result":["the getter"],"logs":[]}"#),
+    ).quickjs(r#"{"result":[],"logs":[]}"#),
     call_sites_give_no_original_intl_constructor: Case::new(
         call_sites_under("style", "\"decimal\"", "new Intl.NumberFormat('en', options)"),
         r#"{"result":["the getter"],"logs":[]}"#,
@@ -479,10 +494,17 @@ async fn ends_on(executor: &dyn Execute, code: &str, expected: &str, gone_within
     assert_eq!(outcome, expected, "{code}");
     assert!(took < TIMEOUT + MARGIN, "{code}: the outcome took {took:?}");
     while executor.live_engines().unwrap_or(0) > 0 {
-        assert!(started.elapsed() < TIMEOUT + gone_within, "{code}: the engine was still live {gone_within:?} after the deadline");
+        assert!(
+            started.elapsed() < TIMEOUT + gone_within,
+            "{code}: the engine was still live {gone_within:?} after the deadline"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    println!("{code}: {outcome} after {} ms, engine gone after {} ms", took.as_millis(), started.elapsed().as_millis());
+    println!(
+        "{code}: {outcome} after {} ms, engine gone after {} ms",
+        took.as_millis(),
+        started.elapsed().as_millis()
+    );
 }
 
 /// A sort whose comparator is a native (a collator's `compare`): each sort of 200,000
@@ -542,7 +564,8 @@ async fn settles(code: &str, wasm: bool, v8: &str) {
         _ => return,
     };
     let started = Instant::now();
-    let request = Request::new(code).web_assembly(wasm).memory_limit_bytes(LIMIT).timeout(Duration::from_secs(5));
+    let request =
+        Request::new(code).web_assembly(wasm).memory_limit_bytes(LIMIT).timeout(Duration::from_secs(5));
     let outcome = json(&fresh().execute(request).await);
     assert_eq!(outcome, expected, "{code}");
     assert!(started.elapsed() < Duration::from_secs(5), "{code}: took {:?}", started.elapsed());
