@@ -457,7 +457,8 @@ memory_cases! {
 }
 
 // ---------------------------------------------------------------------------------------
-// Memory outside the limit: strings made as ropes (cheap) and flattened (the whole of it).
+// Memory past the limit, made whole by one native: strings made as ropes (cheap) and
+// flattened, arrays a builtin copies an array-like into.
 
 /// `async () => { <a rope of 2 ** 28 characters of `unit`> ; return <end> }`.
 fn rope(unit: &str, end: &str) -> String {
@@ -473,6 +474,15 @@ memory_cases! {
         "async () => { const keep = []; for (let k = 0; ; k++) { let s = String(k); for (let i = 0; i < 22; i++) s = s + s; s.charCodeAt(1); keep.push(s) } }",
         MEMORY,
     ).quickjs(MEMORY),
+    // V8's sort copies an array-like into a work array of its length first, held to no
+    // limit: 2 ** 26 elements are half a gigabyte. QuickJS has nothing to sort.
+    sort_of_an_empty_array_like_of_two_to_the_26: Case::new(
+        "async () => Array.prototype.sort.call({ length: 2 ** 26 })",
+        r#"{"result":{"length":67108864},"logs":[]}"#,
+    ).quickjs(r#"{"result":{"length":67108864},"logs":[]}"#).timeout(Duration::from_secs(20)),
+    an_array_from_a_long_array_like: Case::new("async () => Array.from({ length: 2 ** 28 }).length", MEMORY)
+        .quickjs(MEMORY)
+        .timeout(Duration::from_secs(20)),
     a_huge_join: Case::new(
         "async () => { const parts = []; for (let i = 0; i < 2 ** 20; i++) parts.push('x'.repeat(256)); return parts.join('').length }",
         MEMORY,
@@ -522,15 +532,17 @@ async fn a_sort_with_a_native_collator_comparator_in_a_loop() {
 
 /// Natives that never return, or only seconds after the deadline, on V8: only behind
 /// process isolation (a confined worker killed at the deadline), on either engine. Each
-/// ends at the deadline, unless the engine's outcome is named (`v8 => outcome`).
+/// ends at the deadline, unless the engine's outcome is named (`v8 => outcome`,
+/// `quickjs => outcome`).
 macro_rules! isolated_cases {
-    ($($name:ident: $code:expr $(, v8 => $v8:expr)?;)*) => {$(
+    ($($name:ident: $code:expr $(, v8 => $v8:expr)? $(, quickjs => $quickjs:expr)?;)*) => {$(
         #[cfg(target_os = "linux")]
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn $name() {
             #[allow(unused_mut)]
             let mut expected = TIMED_OUT;
             $(if engine() == EngineKind::V8 { expected = $v8 })?
+            $(if engine() == EngineKind::QuickJs { expected = $quickjs })?
             ends_on(&*isolated(), $code, expected, Duration::from_secs(2)).await;
         }
     )*};
@@ -548,6 +560,8 @@ isolated_cases! {
     // work array is past any limit: the memory outcome.
     sort_of_the_longest_empty_array_like: "async () => Array.prototype.sort.call({ length: 2 ** 53 - 1 })", v8 => MEMORY;
     sort_of_an_empty_array_like_of_two_to_the_28: "async () => Array.prototype.sort.call({ length: 2 ** 28 })", v8 => MEMORY;
+    to_sorted_of_an_empty_array_like_of_two_to_the_28:
+        "async () => Array.prototype.toSorted.call({ length: 2 ** 28 })", v8 => MEMORY, quickjs => MEMORY;
     long_json_round_trips: "async () => { const big = Array.from({ length: 5e4 }, (_, i) => ({ i, s: 'x' + i })); for (;;) JSON.parse(JSON.stringify(big)) }";
     ropes_flattened_in_a_loop: "async () => { for (let k = 0; ; k++) { let s = String(k); for (let i = 0; i < 20; i++) s = s + s; s.indexOf('z') } }";
 }
