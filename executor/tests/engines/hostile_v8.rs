@@ -224,15 +224,17 @@ macro_rules! memory_cases {
 /// pages before, or -1), `run()` and the memory `mem`. Options: `memory`, `[initial]` or
 /// `[initial, maximum]` in pages (default `[1, 8]`); `functions`, that many empty
 /// functions `run` calls; `filler`, that many `i32.const 0; drop` in `run`; `tag`, a
-/// number in a custom section, so that modules differ.
+/// number in a custom section, so that modules differ; `table`, a table of that many
+/// function references, without a maximum.
 const WASM: &str = "
   const leb = (n) => { const o = []; do { let b = n % 128; n = Math.floor(n / 128); if (n > 0) b |= 128; o.push(b) } while (n > 0); return o };
-  const wasm = ({ memory = [1, 8], functions = 0, filler = 0, tag = 0 } = {}) => {
+  const wasm = ({ memory = [1, 8], functions = 0, filler = 0, tag = 0, table = 0 } = {}) => {
     const b = [0, 97, 115, 109, 1, 0, 0, 0];
     const put = (id, body) => { b.push(id, ...leb(body.length)); for (const x of body) b.push(x) };
     put(1, [2, 0x60, 1, 0x7f, 1, 0x7f, 0x60, 0, 0]);
     const types = [0, 1]; for (let i = 0; i < functions; i++) types.push(1);
     put(3, [...leb(types.length), ...types]);
+    if (table) put(4, [1, 0x70, 0, ...leb(table)]);
     put(5, [1, memory.length > 1 ? 1 : 0, ...leb(memory[0]), ...(memory.length > 1 ? leb(memory[1]) : [])]);
     put(7, [3, 4, 103, 114, 111, 119, 0, 0, 3, 114, 117, 110, 0, 1, 3, 109, 101, 109, 2, 0]);
     const run = [0]; for (let i = 0; i < functions; i++) run.push(0x10, ...leb(i + 2));
@@ -320,6 +322,10 @@ memory_cases! {
     ),
     a_wasm_table_of_ten_million: Case::wasm(
         "async () => new WebAssembly.Table({ element: 'externref', initial: 1e7 }).length",
+        MEMORY,
+    ),
+    a_module_declaring_a_table_of_ten_million: Case::wasm(
+        with_wasm("return new WebAssembly.Instance(new WebAssembly.Module(wasm({ table: 1e7 }))) instanceof WebAssembly.Instance"),
         MEMORY,
     ),
     wasm_tables_made_in_a_loop: Case::wasm(
