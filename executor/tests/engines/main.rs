@@ -14,6 +14,7 @@ mod exact;
 mod globals;
 mod guide;
 mod hostile;
+mod hostile_v8;
 mod isolation;
 mod limits;
 mod locations;
