@@ -139,7 +139,7 @@ async fn a_worker_past_its_memory_cap_ends_the_run_with_the_memory_outcome() {
     let rope = "async () => { let s = 'é'.repeat(1 << 20); for (let i = 0; i < 8; i++) s = s + s; \
                 return s.indexOf('y') }";
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = watch_children(watching.clone(), codemode.clone());
+    let watcher = crate::support::watch_children(watching.clone(), codemode.clone());
     let outcome = executor.execute(Request::new(rope).memory_limit_bytes(32 << 20)).await;
     watching.store(false, std::sync::atomic::Ordering::Release);
     let peak = watcher.join().unwrap();
@@ -154,7 +154,7 @@ async fn a_worker_past_its_memory_cap_ends_the_run_with_the_memory_outcome() {
     let dates = "async () => { let n = 0; for (let i = 0; i < 20000; i++) \
                  n += new Date(0).toLocaleString('de', { timeZone: 'Asia/Tokyo', dateStyle: 'full', timeStyle: 'long' }).length; return n }";
     let watching = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let watcher = watch_children(watching.clone(), codemode.clone());
+    let watcher = crate::support::watch_children(watching.clone(), codemode.clone());
     let formatted = executor.execute(Request::new(dates).timeout(std::time::Duration::from_secs(60))).await;
     watching.store(false, std::sync::atomic::Ordering::Release);
     let dates_peak = watcher.join().unwrap();
@@ -163,39 +163,6 @@ async fn a_worker_past_its_memory_cap_ends_the_run_with_the_memory_outcome() {
     // The flattened string alone is 512 MiB; the cap is the worker's start plus 2 × 32 MiB
     // + 256 MiB: the worker died well before the string was whole.
     assert!(peak > 0 && peak < 400 << 20, "the worker reached {} MiB", peak >> 20);
-}
-
-/// The largest resident memory any child process of this one running `program` (the
-/// workers; other tests start copies of this binary) reaches while `watching` holds,
-/// sampled every 2 ms from /proc.
-#[cfg(target_os = "linux")]
-fn watch_children(
-    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    program: std::path::PathBuf,
-) -> std::thread::JoinHandle<u64> {
-    use std::sync::atomic::Ordering;
-    let me = std::process::id().to_string();
-    std::thread::spawn(move || {
-        let mut peak = 0;
-        while watching.load(Ordering::Acquire) {
-            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-                let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
-                let field = |name: &str| {
-                    status
-                        .lines()
-                        .find_map(|l| l.strip_prefix(name))
-                        .map(|v| v.trim().trim_end_matches(" kB").to_owned())
-                };
-                let runs_program =
-                    std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe == program);
-                if runs_program && field("PPid:").as_deref() == Some(me.as_str()) {
-                    peak = peak.max(field("VmRSS:").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) << 10);
-                }
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        peak
-    })
 }
 
 /// In-process, the same string passes V8's heap limit in one step without V8 asking: the

@@ -82,3 +82,36 @@ impl Recorder {
 pub fn triple(p: &str, t: &str, a: &str) -> (String, String, String) {
     (p.to_owned(), t.to_owned(), a.to_owned())
 }
+
+/// The largest resident memory any child process of this one running `program` (the
+/// workers; other tests start copies of this binary) reaches while `watching` holds,
+/// sampled every 2 ms from /proc.
+#[cfg(target_os = "linux")]
+pub fn watch_children(
+    watching: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    program: std::path::PathBuf,
+) -> std::thread::JoinHandle<u64> {
+    use std::sync::atomic::Ordering;
+    let me = std::process::id().to_string();
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while watching.load(Ordering::Acquire) {
+            for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+                let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+                let field = |name: &str| {
+                    status
+                        .lines()
+                        .find_map(|l| l.strip_prefix(name))
+                        .map(|v| v.trim().trim_end_matches(" kB").to_owned())
+                };
+                let runs_program =
+                    std::fs::read_link(entry.path().join("exe")).is_ok_and(|exe| exe == program);
+                if runs_program && field("PPid:").as_deref() == Some(me.as_str()) {
+                    peak = peak.max(field("VmRSS:").and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) << 10);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        peak
+    })
+}

@@ -6,7 +6,7 @@
 // with the memory outcome; `icu(bytes)` counts ICU objects made and dropped at once (a
 // `toLocaleString`), collecting garbage once they add up. Returns the function that puts
 // a bounded `WebAssembly` on the global.
-(reserve, icu, intlObjectBytes, icuCallBytes) => {
+(reserve, release, icu, intlObjectBytes, icuCallBytes) => {
   'use strict';
   const { apply, construct, defineProperty, getOwnPropertyDescriptor, ownKeys } = Reflect;
   const ProxyConstructor = Proxy;
@@ -31,12 +31,18 @@
   const dataViewBuffer = getter(DataView.prototype, 'buffer');
   const dataViewOffset = getter(DataView.prototype, 'byteOffset');
   const dataViewLength = getter(DataView.prototype, 'byteLength');
+  const ObjectConstructor = Object;
   const objectCreate = Object.create;
   const getPrototypeOf = Object.getPrototypeOf;
   const TypeErrorConstructor = TypeError;
   const RangeErrorConstructor = RangeError;
   const NumberConstructor = Number;
   const isInteger = Number.isInteger;
+  const isArray = Array.isArray;
+  const mathMin = Math.min;
+  const mathTrunc = Math.trunc;
+  const reflectGet = Reflect.get;
+  const iteratorSymbol = Symbol.iterator;
 
   const replace = (holder, name, value) => {
     defineProperty(holder, name, { value, writable: true, configurable: true, enumerable: false });
@@ -104,7 +110,12 @@
     defineProperty(wrapper, 'length', { value: original.length, configurable: true });
     replace(holder, name, wrapper);
   };
+  // Each segments object, and each iterator over one, holds a copy of ICU's break iterator.
+  const segmentsPrototype = getPrototypeOf(apply(Intl.Segmenter.prototype.segment, new Intl.Segmenter(), ['']));
   wrap(Intl.Segmenter.prototype, 'segment', () => reserve(intlObjectBytes));
+  wrap(segmentsPrototype, iteratorSymbol, () => reserve(intlObjectBytes));
+  // V8's own break iterator, outside the standard: gone rather than bounded.
+  delete Intl.v8BreakIterator;
   // These make an ICU formatter or collator per call and drop it: garbage the heap limit
   // does not see, collected once enough of it is made.
   const icuCall = () => icu(icuCallBytes);
@@ -114,10 +125,73 @@
     for (const name of names) wrap(holder, name, icuCall);
   }
 
+  // Builtins that copy an array or array-like into an array of its length at once,
+  // outside any interrupt check: the copy's bytes (8 per element, the most a slot takes)
+  // are charged for the call, so one past the budget ends the run with the memory outcome
+  // instead of growing the heap past its limit in one step (or ending the process, past
+  // V8's largest array). An array-like's length is read once, and the builtin sees that.
+  const SLOT_BYTES = 8;
+  const lengthOf = (value) => {
+    const n = mathTrunc(NumberConstructor(value));
+    return n > 0 ? mathMin(n, 2 ** 53 - 1) : 0;
+  };
+  // `[receiver the builtin gets, its length]`.
+  const fixed = (object) => {
+    if (isArray(object)) return [object, object.length];
+    const target = ObjectConstructor(object);
+    const n = lengthOf(target.length);
+    const view = new ProxyConstructor(target, {
+      get: (t, key, receiver) => (key === 'length' ? n : reflectGet(t, key, receiver)),
+    });
+    return [view, n];
+  };
+  const copying = (holder, name, same) => {
+    const original = holder[name];
+    const { [name]: wrapper } = {
+      [name](...args) {
+        if (this === null || this === undefined) return apply(original, this, args);
+        const [receiver, n] = fixed(this);
+        const bytes = n * SLOT_BYTES;
+        reserve(bytes);
+        try {
+          const result = apply(original, receiver, args);
+          return same && result === receiver ? this : result;
+        } finally {
+          release(bytes);
+        }
+      },
+    };
+    defineProperty(wrapper, 'length', { value: original.length, configurable: true });
+    replace(holder, name, wrapper);
+  };
+  copying(Array.prototype, 'sort', true);
+  for (const name of ['toSorted', 'toReversed', 'toSpliced', 'with']) copying(Array.prototype, name, false);
+  const arrayFrom = Array.from;
+  const { from: fromWrapper } = {
+    from(items, ...rest) {
+      if (items === null || items === undefined || items[iteratorSymbol] !== undefined || typeof items !== 'object') {
+        return apply(arrayFrom, this, [items, ...rest]);
+      }
+      const [receiver, n] = fixed(items);
+      const bytes = n * SLOT_BYTES;
+      reserve(bytes);
+      try {
+        return apply(arrayFrom, this, [receiver, ...rest]);
+      } finally {
+        release(bytes);
+      }
+    },
+  };
+  defineProperty(fromWrapper, 'length', { value: 1, configurable: true });
+  replace(Array, 'from', fromWrapper);
+
   // WebAssembly, when a run asks for it.
   const PAGE = 65536;
-  // Code compiled from a module is charged this many times the module's bytes.
+  // Code compiled from a module is charged this many times the module's bytes, and each
+  // module this much besides: its native objects (code space, jump tables, metadata; about
+  // 10 KiB measured) that its bytes do not show.
   const CODE_PER_BYTE = 8;
+  const MODULE_BYTES = 16384;
   return (wasm) => {
     const Module = wasm.Module;
     const Instance = wasm.Instance;
@@ -176,7 +250,7 @@
         } while (b & 0x80);
         return value;
       };
-      reserve(size * CODE_PER_BYTE);
+      reserve(size * CODE_PER_BYTE + MODULE_BYTES);
       while (at < size) {
         const start = at;
         const id = byte();

@@ -16,6 +16,11 @@
 //!   declares none), charged whole per instance: wasm's `memory.grow` runs without
 //!   returning to the host, so it can only be bounded ahead.
 //!
+//! - **Arrays a builtin makes whole** (`sort`, `toSorted`, `Array.from` of an array-like
+//!   of length 2²⁸): V8 copies into an array of the length at once, outside any interrupt
+//!   check, past the heap limit in one step or, past its largest array, ending the process.
+//!   The copy is charged for the call and given back after it.
+//!
 //! A charge the budget has no room for latches it and stops the isolate: the run ends with
 //! the memory outcome, as for any allocation.
 
@@ -52,12 +57,16 @@ impl Bounds {
         let script = v8::Script::compile(scope, source, Some(&origin))?;
         let installer = v8::Local::<v8::Function>::try_from(script.run(scope)?).ok()?;
         let reserve = v8::Function::builder(reserve).build(scope)?;
+        let release = v8::Function::builder(release).build(scope)?;
         let icu = v8::Function::builder(icu).build(scope)?;
         let intl = v8::Number::new(scope, INTL_OBJECT_BYTES);
         let call = v8::Number::new(scope, ICU_CALL_BYTES);
         let undefined = v8::undefined(scope).into();
-        let enable =
-            installer.call(scope, undefined, &[reserve.into(), icu.into(), intl.into(), call.into()])?;
+        let enable = installer.call(
+            scope,
+            undefined,
+            &[reserve.into(), release.into(), icu.into(), intl.into(), call.into()],
+        )?;
         let enable = v8::Local::<v8::Function>::try_from(enable).ok()?;
         Some(Bounds { original: v8::Global::new(scope, original), enable: v8::Global::new(scope, enable) })
     }
@@ -87,6 +96,19 @@ fn reserve(
         if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX };
     if !shared.account.charge(bytes) {
         scope.terminate_execution();
+    }
+}
+
+/// `release(bytes)`: give back what a `reserve` charged for one builtin's call.
+fn release(
+    scope: &mut v8::PinScope<'_, '_>,
+    args: v8::FunctionCallbackArguments<'_>,
+    _: v8::ReturnValue<'_, v8::Value>,
+) {
+    let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
+    let bytes = args.get(0).number_value(scope).unwrap_or(0.0);
+    if bytes.is_finite() && bytes > 0.0 {
+        shared.account.release(bytes.min(usize::MAX as f64) as usize);
     }
 }
 

@@ -116,8 +116,12 @@ fn platform() -> &'static v8::SharedRef<v8::Platform> {
         #[cfg(target_os = "linux")]
         v8::V8::set_entropy_source(fill_random);
         // A wasm memory is at most 4 GiB (bounds.js charges each its maximum before it is
-        // made), and a module at most 64 MiB (its bytes are charged eightfold).
-        v8::V8::set_flags_from_string("--wasm-max-mem-pages=65536 --wasm-max-module-size=67108864");
+        // made), a module at most 64 MiB (its bytes are charged eightfold), and a table at
+        // most 2^20 entries: a table's entries are made whole, in one step past the heap
+        // limit (10 million took 230 MiB at a 32 MiB limit), 8 MiB at most so.
+        v8::V8::set_flags_from_string(
+            "--wasm-max-mem-pages=65536 --wasm-max-module-size=67108864 --wasm-max-table-size=1048576",
+        );
         let platform = v8::new_default_platform(0, false).make_shared();
         v8::V8::initialize_platform(platform.clone());
         v8::V8::initialize();
