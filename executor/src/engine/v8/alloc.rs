@@ -163,3 +163,26 @@ pub(super) unsafe extern "C" fn out_of_memory(_location: *const std::ffi::c_char
     // SAFETY: `_exit` ends the process at once, running nothing that could allocate.
     unsafe { libc::_exit(codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT) }
 }
+
+unsafe extern "C" {
+    /// `std::set_new_handler` of the C++ runtime the V8 library carries (libc++abi): the
+    /// function C++'s `operator new` calls when it gets no memory, instead of aborting.
+    #[link_name = "_ZSt15set_new_handlerPFvvE"]
+    fn set_new_handler(handler: Option<unsafe extern "C" fn()>) -> Option<unsafe extern "C" fn()>;
+}
+
+/// Make C++'s allocation failures (V8's own containers, ICU) end the process as V8's do,
+/// with [`codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT`], rather than with a silent
+/// abort no host could tell from a crash. Called once, with the platform.
+pub(super) fn exit_when_cpp_runs_out() {
+    // SAFETY: swaps a process-wide function pointer; the handler is a plain function that
+    // lives for the process and only calls `_exit`.
+    unsafe {
+        set_new_handler(Some(cpp_out_of_memory));
+    }
+}
+
+unsafe extern "C" fn cpp_out_of_memory() {
+    // SAFETY: `_exit` ends the process at once, running nothing that could allocate.
+    unsafe { libc::_exit(codemode_protocol::wire::WORKER_OUT_OF_MEMORY_EXIT) }
+}

@@ -122,6 +122,7 @@ fn platform() -> &'static v8::SharedRef<v8::Platform> {
         v8::V8::set_flags_from_string(
             "--wasm-max-mem-pages=65536 --wasm-max-module-size=67108864 --wasm-max-table-size=1048576",
         );
+        alloc::exit_when_cpp_runs_out();
         let platform = v8::new_default_platform(0, false).make_shared();
         v8::V8::initialize_platform(platform.clone());
         v8::V8::initialize();
