@@ -178,9 +178,11 @@ impl Executor {
             Box::new(move || {
                 if !watched_done.load(Ordering::Acquire) {
                     watched.stop();
-                    let _ = timed_out.send(Event::Settled(timeout));
-                    // An engine still running a while after its stop is counted, never waited for.
+                    // An engine still running a while after its stop is counted, never waited
+                    // for. Watched before the outcome goes: the host, once it has the outcome,
+                    // drops the run's ticket, whose stop is this one, not a cancel.
                     deadline_watch.stopped(Cause::Deadline);
+                    let _ = timed_out.send(Event::Settled(timeout));
                 }
             }),
         );
