@@ -694,3 +694,51 @@ fn serve_on_v8_in_process_warns_and_counts_stuck_engines() {
     let output = top_customers(&["--connect", &served.address()]);
     assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
 }
+
+/// `codemode mcp --engine v8` runs each execution in a worker process unless told
+/// `--isolation in-process`, which it warns of on stderr.
+#[cfg(all(feature = "v8", feature = "mcp"))]
+#[test]
+fn mcp_on_v8_isolates_each_execution_unless_told_in_process() {
+    let mcp = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["mcp", "--engine", "v8"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        // No client: stdin closes before the initialization.
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.ends_with("codemode mcp: the MCP client's initialization failed: connection closed: initialize request\n"),
+            "{stderr}"
+        );
+        stderr
+    };
+    let confinement = if cfg!(target_os = "linux") { "required" } else { "off" };
+    assert_eq!(
+        mcp(&[]).lines().next(),
+        Some(
+            format!(
+                "codemode mcp: executions run in worker processes ({} stdio), confinement {confinement}",
+                env!("CARGO_BIN_EXE_codemode")
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(
+        mcp(&["--isolation", "in-process"]).lines().next(),
+        Some(format!("codemode mcp: warning: {}", codemode_executor::IN_PROCESS_V8_WARNING).as_str())
+    );
+    let quickjs = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["mcp"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(quickjs.stderr).unwrap();
+    assert_eq!(
+        stderr.lines().next(),
+        Some("codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute")
+    );
+}

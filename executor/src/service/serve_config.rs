@@ -205,7 +205,7 @@ impl IsolationKind {
 
 /// What a daemon (`codemode serve`, `codemode mcp`) says at start when told to run V8
 /// in-process.
-pub const IN_PROCESS_V8_WARNING: &str = "V8 in-process: a program inside a builtin that ignores TerminateExecution (Array.prototype.reverse of a huge array-like, say) can hold its execution thread until the builtin returns, maybe for good; its outcome still arrives at its stop. Without --isolation in-process (the default on V8) each execution runs in a worker process, killed at its stop.";
+pub const IN_PROCESS_V8_WARNING: &str = "V8 in-process: a program inside a builtin that ignores TerminateExecution (Array.prototype.reverse of a huge array-like, say) can hold its execution thread until the builtin returns, maybe for good; its outcome still arrives on time. Without --isolation in-process (the default on V8) each execution runs in a worker process, killed as soon as its run is stopped.";
 
 /// `[executor]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
