@@ -370,8 +370,8 @@ impl ServeConfig {
     /// What the daemon should say at start about where it runs executions: the
     /// [`IN_PROCESS_V8_WARNING`] when V8 runs in-process.
     pub fn isolation_warning(&self) -> Result<Option<&'static str>, ConfigError> {
-        let v8 = self.executor_config()?.engine == EngineKind::V8;
-        Ok((v8 && self.isolation()? == IsolationKind::InProcess).then_some(IN_PROCESS_V8_WARNING))
+        let on_v8 = self.executor_config()?.engine == EngineKind::V8;
+        Ok((on_v8 && self.isolation()? == IsolationKind::InProcess).then_some(IN_PROCESS_V8_WARNING))
     }
 
     /// The configuration of the executor it describes. The defaults must lie within the
