@@ -6,18 +6,43 @@
 //! and latches the budget as exceeded: the run then ends with the memory outcome, and a
 //! program cannot catch its way past it.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-#[derive(Debug)]
+/// Told once, on the thread of the charge refused, when the budget latches.
+pub(crate) type OnExceeded = Box<dyn FnOnce() + Send>;
+
 pub(crate) struct Budget {
     limit: usize,
     used: AtomicUsize,
     exceeded: AtomicBool,
+    on_exceeded: Mutex<Option<OnExceeded>>,
+}
+
+impl std::fmt::Debug for Budget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Budget")
+            .field("limit", &self.limit)
+            .field("used", &self.used)
+            .field("exceeded", &self.exceeded)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Budget {
+    #[cfg(test)]
     pub(crate) fn new(limit: usize) -> Budget {
-        Budget { limit, used: AtomicUsize::new(0), exceeded: AtomicBool::new(false) }
+        Budget::watched(limit, None)
+    }
+
+    /// A budget that calls `on_exceeded` when it latches (the memory stop's watch).
+    pub(crate) fn watched(limit: usize, on_exceeded: Option<OnExceeded>) -> Budget {
+        Budget {
+            limit,
+            used: AtomicUsize::new(0),
+            exceeded: AtomicBool::new(false),
+            on_exceeded: Mutex::new(on_exceeded),
+        }
     }
 
     pub(crate) fn limit(&self) -> usize {
@@ -29,8 +54,11 @@ impl Budget {
         let charged = self.used.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
             used.checked_add(bytes).filter(|&total| total <= self.limit)
         });
-        if charged.is_err() {
-            self.exceeded.store(true, Ordering::Release);
+        if charged.is_err() && !self.exceeded.swap(true, Ordering::AcqRel) {
+            let told = crate::sync::lock(&self.on_exceeded).take();
+            if let Some(tell) = told {
+                tell();
+            }
         }
         charged.is_ok()
     }
@@ -71,5 +99,20 @@ mod tests {
         budget.refund(60);
         assert!(budget.charge(100), "room again, but the latch stays");
         assert!(budget.exceeded());
+    }
+
+    #[test]
+    fn the_latch_is_told_once() {
+        let told = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = told.clone();
+        let tell = Box::new(move || {
+            counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        });
+        let budget = Budget::watched(10, Some(tell));
+        assert!(budget.charge(10));
+        assert_eq!(told.load(std::sync::atomic::Ordering::Relaxed), 0);
+        assert!(!budget.charge(1));
+        assert!(!budget.charge(usize::MAX));
+        assert_eq!(told.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 }

@@ -68,11 +68,12 @@ pub use api::watch::{
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use confine::Confinement;
 pub use in_process::executor::{Executor, NO_TOKIO_RUNTIME};
+pub use in_process::stuck::STUCK_AFTER;
 pub use process::ProcessExecutor;
 pub use remote::{ConnectError, EndpointStatus, Endpoints, RemoteExecutor, RemoteOptions};
 pub use service::serve_config::{
-    ConfigError, ConnectionsSection, ExecutorSection, IsolationKind, LimitsSection, LogFormat, LogLevel,
-    ServeConfig,
+    ConfigError, ConnectionsSection, ExecutorSection, IN_PROCESS_V8_WARNING, IsolationKind, LimitsSection,
+    LogFormat, LogLevel, ServeConfig,
 };
 
 /// The examples of `docs/tools.md` and `docs/network.md`, compiled and run as doctests.

@@ -209,6 +209,8 @@ fn ci() -> Result<(), String> {
         "warnings",
     ])?;
     cargo(&["test", "-p", "codemode-cli", "--features", "confinement-probe", "--test", "confinement"])?;
+    // The probe's native call is also the one that ignores its stop: stuck engines counted.
+    cargo(&["test", "-p", "codemode-executor", "--features", "confinement-probe", "--test", "stuck"])?;
     // V8 links into a test binary slowly, so only these two have it (never `--workspace`),
     // and only where its prebuilt library is at hand.
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_none() {

@@ -68,6 +68,10 @@ pub(crate) fn install_exporter(engine: &'static str) -> Result<PrometheusHandle,
     metrics::describe_gauge!(names::CONNECTIONS_OPEN, "Connections open, authenticated or not.");
     metrics::describe_gauge!(names::DRAINING, "1 while the daemon drains, else 0.");
     metrics::describe_gauge!(names::BUILD_INFO, "Always 1, labelled with the version and the engine served.");
+    metrics::describe_gauge!(
+        names::STUCK_ENGINES,
+        "Engines stopped (deadline, cancel, memory) and still running 50 ms later, each holding a thread until it returns; in-process only."
+    );
     let outcomes = OutcomeKind::ALL.iter().map(|kind| kind.as_str()).chain(["refused", "shutdown"]);
     for outcome in outcomes {
         metrics::counter!(names::EXECUTIONS_TOTAL, "outcome" => outcome).absolute(0);
@@ -76,6 +80,7 @@ pub(crate) fn install_exporter(engine: &'static str) -> Result<PrometheusHandle,
     let _ = metrics::histogram!(names::EXECUTION_DURATION_SECONDS, "engine" => engine);
     let _ = metrics::histogram!(names::CALL_DURATION_SECONDS);
     metrics::gauge!(names::ENGINES_LIVE, "engine" => engine).set(0.0);
+    metrics::gauge!(names::STUCK_ENGINES).set(0.0);
     Ok(handle)
 }
 
@@ -132,7 +137,7 @@ fn router(state: State) -> Router {
     Router::new()
         .route("/livez", get(move || std::future::ready(liveness(live.health.get()))))
         .route("/readyz", get(move || std::future::ready(readiness(ready.health.get()))))
-        .route("/metrics", get(move || std::future::ready(exposition(&state.metrics))))
+        .route("/metrics", get(move || std::future::ready(exposition(&state))))
         .fallback(|| std::future::ready((StatusCode::NOT_FOUND, "not found")))
 }
 
@@ -144,18 +149,24 @@ fn liveness(health: Option<&DaemonHealth>) -> (StatusCode, &'static str) {
     }
 }
 
-/// `/readyz`: 200 `ok` while serving; 503 `starting` before, `draining` once a drain began.
+/// `/readyz`: 200 `ok` while serving; 503 `starting` before, `draining` once a drain
+/// began, `stuck` while more engines are stuck than `max_stuck_engines`.
 fn readiness(health: Option<&DaemonHealth>) -> (StatusCode, &'static str) {
     match health {
         Some(health) if health.is_ready() => (StatusCode::OK, "ok"),
         Some(health) if health.is_draining() => (StatusCode::SERVICE_UNAVAILABLE, "draining"),
+        Some(health) if health.too_many_stuck() => (StatusCode::SERVICE_UNAVAILABLE, "stuck"),
         _ => (StatusCode::SERVICE_UNAVAILABLE, "starting"),
     }
 }
 
-/// `/metrics`: the exporter's text, in the exposition format 0.0.4.
-fn exposition(metrics: &PrometheusHandle) -> Response {
-    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], metrics.render()).into_response()
+/// `/metrics`: the exporter's text, in the exposition format 0.0.4; the stuck engines
+/// counted at the scrape rather than at the daemon's last heartbeat.
+fn exposition(state: &State) -> Response {
+    if let Some(health) = state.health.get() {
+        metrics::gauge!(names::STUCK_ENGINES).set(health.stuck_engines() as f64);
+    }
+    ([(header::CONTENT_TYPE, METRICS_CONTENT_TYPE)], state.metrics.render()).into_response()
 }
 
 #[cfg(test)]

@@ -3,11 +3,15 @@
 
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_executor::mcp::serve::{CodeModeServer, DEFAULT_MAX_EXECUTIONS, HTTP_PATH, ServeLimits};
 use codemode_executor::mcp::upstream;
-use codemode_executor::{Executor, Provider, Toolbox};
+use codemode_executor::{
+    Confinement, EngineKind, Execute, Executor, IN_PROCESS_V8_WARNING, IsolationKind, ProcessExecutor,
+    Provider, Toolbox, WorkerCommand,
+};
 
 use crate::EngineArg;
 
@@ -48,6 +52,15 @@ pub(crate) struct McpArgs {
     max_executions: usize,
     #[command(flatten)]
     engine: EngineArg,
+    /// in-process, or process: each execution in a `codemode stdio` worker process killed
+    /// at its stop [default: process on v8, whose builtins ignore their stop; in-process on
+    /// quickjs].
+    #[arg(long, value_name = "WHERE", value_parser = ["in-process", "process"])]
+    isolation: Option<String>,
+    /// How process isolation confines its workers: required (default on Linux), best-effort
+    /// or off (docs/security.md).
+    #[arg(long, value_name = "LEVEL", value_parser = ["required", "best-effort", "off"])]
+    confinement: Option<String>,
 }
 
 const AFTER_HELP: &str = "\
@@ -207,12 +220,7 @@ async fn start(
     }
     let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
     let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
-    let server = CodeModeServer::new(
-        Executor::new(crate::config(engine).web_assembly(args.engine.webassembly)),
-        toolbox,
-        limits,
-    )
-    .map_err(|e| e.to_string())?;
+    let server = CodeModeServer::new(executor(args, engine)?, toolbox, limits).map_err(|e| e.to_string())?;
     if names.is_empty() {
         eprintln!(
             "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"
@@ -221,6 +229,34 @@ async fn start(
         eprintln!("codemode mcp: providers: {}", names.join(", "));
     }
     Ok(server)
+}
+
+/// The executor on `engine`: in worker processes (this binary's `stdio`, confined as
+/// --confinement says) unless --isolation in-process, or QuickJS's default; V8 in-process
+/// is warned of on stderr.
+fn executor(args: &McpArgs, engine: EngineKind) -> Result<Arc<dyn Execute>, String> {
+    let isolation = match args.isolation.as_deref() {
+        Some("process") => IsolationKind::Process,
+        Some(_) => IsolationKind::InProcess,
+        None => IsolationKind::default_for(engine),
+    };
+    let mut config = crate::config(engine).web_assembly(args.engine.webassembly);
+    if isolation != IsolationKind::Process {
+        if engine == EngineKind::V8 {
+            eprintln!("codemode mcp: warning: {IN_PROCESS_V8_WARNING}");
+        }
+        return Ok(Arc::new(Executor::new(config)));
+    }
+    if let Some(confinement) = args.confinement.as_deref() {
+        config.confinement = confinement.parse::<Confinement>().map_err(|e| e.to_string())?;
+    }
+    let program = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+    eprintln!(
+        "codemode mcp: executions run in worker processes ({} stdio), confinement {}",
+        program.display(),
+        config.confinement.name()
+    );
+    Ok(Arc::new(ProcessExecutor::new(config, WorkerCommand::new(program, ["stdio"]))))
 }
 
 /// An upstream MCP server's tools as the provider `name`, each taking one arguments object.

@@ -80,7 +80,8 @@ pub(crate) struct ServeArgs {
     /// Execution threads (or worker processes) kept ready; default the machine's parallelism.
     #[arg(long, value_name = "N")]
     workers: Option<usize>,
-    /// in-process (default), or process: each execution in a worker process killed on overrun.
+    /// in-process, or process: each execution in a worker process killed on overrun
+    /// [default: process on v8, whose builtins ignore their stop; in-process on quickjs].
     #[arg(long, value_name = "WHERE", value_parser = ["in-process", "process"])]
     isolation: Option<String>,
     /// How process isolation confines its workers: required (default on Linux), best-effort
@@ -95,6 +96,10 @@ pub(crate) struct ServeArgs {
     /// itself (V8 only), every byte it uses charged to the memory limit.
     #[arg(long)]
     webassembly: bool,
+    /// In-process: past this many stuck engines (stopped and still running 50 ms later,
+    /// each holding a thread) /readyz answers 503 stuck [default: 4].
+    #[arg(long, value_name = "N")]
+    max_stuck_engines: Option<usize>,
     /// An execution's wall-clock limit unless its request asks otherwise [default: 30000].
     #[arg(long, value_name = "MS")]
     timeout_ms: Option<u64>,
@@ -164,6 +169,7 @@ impl ServeArgs {
         executor.confinement = self.confinement.as_deref().and_then(|c| c.parse().ok());
         executor.answer_spin_us = self.answer_spin_us;
         executor.web_assembly = self.webassembly.then_some(true);
+        executor.max_stuck_engines = self.max_stuck_engines;
         config.limits.timeout_ms = self.timeout_ms;
         config.limits.memory_limit_bytes = self.memory_limit_bytes;
         config.ceilings.timeout_ms = self.max_timeout_ms;
@@ -195,6 +201,8 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
     let config = file.overridden_by(&args.as_config());
     let worker = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
     let executor_config = config.executor_config().map_err(|e| e.to_string())?;
+    let isolation = config.isolation().map_err(|e| e.to_string())?;
+    let warning = config.isolation_warning().map_err(|e| e.to_string())?;
     let daemon_config = config.daemon_config().map_err(|e| e.to_string())?;
     let limits = config.daemon_limits();
     let drain_timeout = config.drain_timeout();
@@ -210,10 +218,22 @@ pub(crate) fn serve(args: ServeArgs) -> Result<(), String> {
         let daemon = Daemon::bind_with(daemon_config, limits).await.map_err(|e| e.to_string())?;
         let _ = health.set(daemon.health());
         let Control { admin, drain } = control;
+        let engine = executor_config.engine.name();
         // Polled first right after the daemon's "listening" line, so that line stays first.
         let drain = async move {
             if let Some(address) = admin {
                 tracing::info!(address = %address, "admin listening");
+            }
+            // Where executions run, and how the workers are confined when they run apart.
+            if isolation == IsolationKind::Process {
+                let confinement = executor_config.confinement.name();
+                tracing::info!(engine, isolation = isolation.name(), confinement, "executor");
+            } else {
+                tracing::info!(engine, isolation = isolation.name(), "executor");
+            }
+            let isolation = isolation.name();
+            if let Some(warning) = warning {
+                tracing::warn!(engine, isolation, "{warning}");
             }
             match drain.await {
                 Ok(signal) => tracing::info!(signal, "signal received"),

@@ -194,7 +194,7 @@ const FOUND: &str = r#"{"type":"outcome","execution":1,"outcome":{"result":"foun
 const DRAINING: &str = r#"{"type":"draining"}"#;
 
 /// Each metric with the type its `# TYPE` line must say.
-fn metric_types() -> [(&'static str, &'static str); 8] {
+fn metric_types() -> [(&'static str, &'static str); 9] {
     [
         (metrics::EXECUTIONS_TOTAL, "counter"),
         (metrics::EXECUTION_DURATION_SECONDS, "histogram"),
@@ -204,6 +204,7 @@ fn metric_types() -> [(&'static str, &'static str); 8] {
         (metrics::CONNECTIONS_OPEN, "gauge"),
         (metrics::DRAINING, "gauge"),
         (metrics::BUILD_INFO, "gauge"),
+        (metrics::STUCK_ENGINES, "gauge"),
     ]
 }
 
@@ -248,7 +249,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         assert!(scrape.body.lines().any(|l| l.starts_with(&format!("# HELP {name} "))), "{name}");
     }
     let typed: Vec<&str> = scrape.body.lines().filter(|l| l.starts_with("# TYPE ")).collect();
-    assert_eq!(typed.len(), 8, "{typed:?}");
+    assert_eq!(typed.len(), 9, "{typed:?}");
     for line in typed.iter().filter(|l| l.ends_with(" counter")) {
         assert!(line.trim_end_matches(" counter").ends_with("_total"), "{line}");
     }
@@ -258,6 +259,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         "codemode_executions_in_flight 0",
         "codemode_connections_open 0",
         "codemode_draining 0",
+        "codemode_stuck_engines 0",
         r#"codemode_build_info{version="0.1.0",engine="quickjs"} 1"#,
         r#"codemode_execution_duration_seconds_bucket{engine="quickjs",le="300"} 0"#,
         r#"codemode_call_duration_seconds_bucket{le="0.0001"} 0"#,

@@ -572,3 +572,216 @@ fn a_fixture_whose_provider_name_the_sandbox_refuses_is_bad_input() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A `codemode serve --engine v8` child logging JSON lines, with its admin port; killed
+/// (its stuck threads with it) however the test ends.
+#[cfg(feature = "v8")]
+struct ServedV8 {
+    child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    socket: PathBuf,
+    admin: String,
+}
+
+#[cfg(feature = "v8")]
+impl ServedV8 {
+    fn start(tag: &str, args: &[&str]) -> ServedV8 {
+        use std::io::BufRead;
+        let socket = std::env::temp_dir().join(format!("codemode-cli-{}-{tag}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&socket);
+        let listen = format!("unix:{}", socket.display());
+        let mut child = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["serve", "--engine", "v8", "--listen", &listen, "--log-format", "json"])
+            .args(["--admin", "127.0.0.1:0"])
+            .args(args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (sender, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let parsed = serde_json::from_str(&line).unwrap_or(serde_json::Value::String(line));
+                if sender.send(parsed).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut served = ServedV8 { child, lines, socket, admin: String::new() };
+        assert_eq!(served.line()["message"], "listening");
+        let admin = served.line();
+        assert_eq!(admin["message"], "admin listening", "{admin}");
+        served.admin = admin["address"].as_str().unwrap().to_owned();
+        served
+    }
+
+    fn line(&self) -> serde_json::Value {
+        self.lines.recv_timeout(std::time::Duration::from_secs(10)).expect("a log line within 10 s")
+    }
+
+    fn address(&self) -> String {
+        format!("unix:{}", self.socket.display())
+    }
+
+    /// `GET path` on the admin port: the status and the body.
+    fn get(&self, path: &str) -> (u16, String) {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&self.admin).unwrap();
+        stream.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n").unwrap();
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).unwrap();
+        let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+        (head.split(' ').nth(1).unwrap().parse().unwrap(), body.to_owned())
+    }
+
+    /// `/metrics`' line for `codemode_stuck_engines`.
+    fn stuck_gauge(&self) -> String {
+        let (_, body) = self.get("/metrics");
+        body.lines().find(|l| l.starts_with("codemode_stuck_engines ")).unwrap_or_default().to_owned()
+    }
+}
+
+#[cfg(feature = "v8")]
+impl Drop for ServedV8 {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+/// A program V8 never stops: its `reverse` does not look for TerminateExecution.
+#[cfg(feature = "v8")]
+const UNSTOPPABLE: &str = "async () => Array.prototype.reverse.call({ length: 2 ** 53 - 1 })";
+
+#[cfg(feature = "v8")]
+const TIMED_OUT_200: &str =
+    "{\"error\":\"Execution timed out after 200 ms.\",\"kind\":\"timeout\",\"logs\":[]}\n";
+
+/// `serve --engine v8` without `--isolation` runs every execution in a confined worker
+/// process (it says so at start, and warns of nothing): a program V8 cannot stop ends at
+/// its deadline with its worker, and no engine is left stuck in the daemon.
+#[cfg(feature = "v8")]
+#[test]
+fn serve_on_v8_isolates_each_execution_in_a_worker_process_by_default() {
+    let served = ServedV8::start("v8-process", &[]);
+    let executor = served.line();
+    assert_eq!(executor["message"], "executor", "{executor}");
+    let confinement = if cfg!(target_os = "linux") { "required" } else { "off" };
+    assert_eq!(
+        (&executor["level"], &executor["engine"], &executor["isolation"], &executor["confinement"]),
+        (&"INFO".into(), &"v8".into(), &"process".into(), &confinement.into()),
+        "{executor}"
+    );
+    let output = top_customers(&["--connect", &served.address()]);
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+    let (code, stdout, _) = codemode(UNSTOPPABLE, &["--connect", &served.address(), "--timeout-ms", "200"]);
+    assert_eq!((code, stdout.as_str()), (1, TIMED_OUT_200));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(served.get("/readyz"), (200, "ok".to_owned()));
+    assert_eq!(served.stuck_gauge(), "codemode_stuck_engines 0");
+    // Nothing warned of: the next line is the execution's, not a warning.
+    let next = served.line();
+    assert_ne!(next["level"], "WARN", "{next}");
+}
+
+/// `--isolation in-process` on V8 is warned of at start; a program V8 cannot stop is then
+/// counted stuck (a warning in its execution's span, the gauge), and past
+/// `--max-stuck-engines` the daemon is not ready.
+#[cfg(feature = "v8")]
+#[test]
+fn serve_on_v8_in_process_warns_and_counts_stuck_engines() {
+    let served = ServedV8::start("v8-in-process", &["--isolation", "in-process", "--max-stuck-engines", "0"]);
+    let executor = served.line();
+    assert_eq!(
+        (&executor["message"], &executor["engine"], &executor["isolation"], &executor["confinement"]),
+        (&"executor".into(), &"v8".into(), &"in-process".into(), &serde_json::Value::Null),
+        "{executor}"
+    );
+    let warning = served.line();
+    assert_eq!(
+        (&warning["level"], &warning["message"]),
+        (&"WARN".into(), &codemode_executor::IN_PROCESS_V8_WARNING.into()),
+        "{warning}"
+    );
+    assert_eq!(served.get("/readyz"), (200, "ok".to_owned()));
+    let (code, stdout, _) = codemode(UNSTOPPABLE, &["--connect", &served.address(), "--timeout-ms", "200"]);
+    assert_eq!((code, stdout.as_str()), (1, TIMED_OUT_200));
+    let stuck = loop {
+        let line = served.line();
+        if line["message"]
+            == "engine stuck: still running after its stop; its thread is held until it returns"
+        {
+            break line;
+        }
+    };
+    assert_eq!(
+        (&stuck["level"], &stuck["cause"], &stuck["after_ms"], &stuck["stuck"]),
+        (&"WARN".into(), &"deadline".into(), &50.into(), &1.into()),
+        "{stuck}"
+    );
+    // It names its execution: the span the daemon runs it in.
+    assert_eq!((&stuck["span"]["name"], &stuck["span"]["id"]), (&"execution".into(), &1.into()), "{stuck}");
+    assert_eq!(served.get("/readyz"), (503, "stuck".to_owned()));
+    assert_eq!(served.stuck_gauge(), "codemode_stuck_engines 1");
+    let not_ready = loop {
+        let line = served.line();
+        if line["message"] == "not ready: too many stuck engines" {
+            break line;
+        }
+    };
+    assert_eq!((&not_ready["stuck"], &not_ready["max_stuck_engines"]), (&1.into(), &0.into()), "{not_ready}");
+    // Still live, and still serving: the stuck thread holds only its own execution.
+    assert_eq!(served.get("/livez"), (200, "ok".to_owned()));
+    let output = top_customers(&["--connect", &served.address()]);
+    assert_eq!(String::from_utf8(output.stdout).unwrap(), TOP_CUSTOMERS);
+}
+
+/// `codemode mcp --engine v8` runs each execution in a worker process unless told
+/// `--isolation in-process`, which it warns of on stderr.
+#[cfg(all(feature = "v8", feature = "mcp"))]
+#[test]
+fn mcp_on_v8_isolates_each_execution_unless_told_in_process() {
+    let mcp = |args: &[&str]| {
+        let output = Command::new(env!("CARGO_BIN_EXE_codemode"))
+            .args(["mcp", "--engine", "v8"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        // No client: stdin closes before the initialization.
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(
+            stderr.ends_with("codemode mcp: the MCP client's initialization failed: connection closed: initialize request\n"),
+            "{stderr}"
+        );
+        stderr
+    };
+    let confinement = if cfg!(target_os = "linux") { "required" } else { "off" };
+    assert_eq!(
+        mcp(&[]).lines().next(),
+        Some(
+            format!(
+                "codemode mcp: executions run in worker processes ({} stdio), confinement {confinement}",
+                env!("CARGO_BIN_EXE_codemode")
+            )
+            .as_str()
+        )
+    );
+    assert_eq!(
+        mcp(&["--isolation", "in-process"]).lines().next(),
+        Some(format!("codemode mcp: warning: {}", codemode_executor::IN_PROCESS_V8_WARNING).as_str())
+    );
+    let quickjs = Command::new(env!("CARGO_BIN_EXE_codemode"))
+        .args(["mcp"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(quickjs.stderr).unwrap();
+    assert_eq!(
+        stderr.lines().next(),
+        Some("codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute")
+    );
+}

@@ -223,6 +223,29 @@ fn with_no_providers_it_still_serves_programs_that_compute_and_says_so() {
     assert!(stderr.contains("codemode mcp: note: no providers (give --db, --spec or --server)"), "{stderr}");
 }
 
+/// `--isolation process` runs each execution in a worker process (this binary's `stdio`,
+/// confined), said on stderr at start; QuickJS's default stays in-process, said nothing of.
+#[test]
+fn process_isolation_is_chosen_by_flag_and_said_at_start() {
+    let (lines, stderr) =
+        client(&[call("async () => 6 * 7")], &["stdio", codemode(), "mcp", "--isolation", "process"]);
+    assert_eq!(lines[0], returned(json!(42), "42", &[]));
+    let confinement = if cfg!(target_os = "linux") { "required" } else { "off" };
+    assert_eq!(
+        stderr.lines().next(),
+        Some(
+            format!(
+                "codemode mcp: executions run in worker processes ({} stdio), confinement {confinement}",
+                codemode()
+            )
+            .as_str()
+        ),
+        "{stderr}"
+    );
+    let (_, stderr) = client(&[call("async () => 1")], &["stdio", codemode(), "mcp"]);
+    assert!(!stderr.contains("worker processes") && !stderr.contains("warning"), "{stderr}");
+}
+
 /// `codemode mcp --http` on a port of its own; killed when dropped.
 struct HttpServer {
     child: Child,

@@ -120,6 +120,43 @@ async fn a_thrown_timeout_text_keeps_its_worker() {
     assert!(!replaced.is_subset(&before), "no fresh worker: {before:?} then {replaced:?}");
 }
 
+/// A worker whose run was stopped is killed at once, never waited for, and its
+/// replacement starts as the run ends: the next run finds a worker ready and starts none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_runs_worker_is_killed_at_once_and_the_next_run_finds_one_ready() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let executor = isolated_at(Confinement::Off);
+    let first = executor.execute(Request::new("async () => 'first'")).await;
+    assert_eq!(json(&first), r#"{"result":"first","logs":[]}"#);
+    let before = worker_pids();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let outcome = executor
+        .execute(Request::new("async () => { for (;;) {} }").timeout(Duration::from_millis(200)))
+        .await;
+    assert_eq!(json(&outcome), r#"{"error":"Execution timed out after 200 ms.","kind":"timeout","logs":[]}"#);
+    let stopped = Instant::now();
+    // Killed at once (a killed worker's /proc entry has no command line: it is not listed).
+    while worker_pids().contains(before.first().unwrap()) {
+        assert!(stopped.elapsed() < Duration::from_millis(500), "the stopped run's worker still runs");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!("stopped run's worker gone {:?} after its outcome", stopped.elapsed());
+    // Its replacement is ready before the next run asks.
+    let ready = loop {
+        let pids = worker_pids();
+        if !pids.is_empty() {
+            break pids;
+        }
+        assert!(stopped.elapsed() < Duration::from_secs(5), "no worker made ready after the kill");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert_eq!(ready.len(), 1, "{ready:?}");
+    assert!(ready.is_disjoint(&before), "{before:?} then {ready:?}");
+    let next = executor.execute(Request::new("async () => 'next'")).await;
+    assert_eq!(json(&next), r#"{"result":"next","logs":[]}"#);
+    assert_eq!(worker_pids(), ready, "the next run started a worker of its own");
+}
+
 #[tokio::test]
 async fn retention_is_refused_with_a_clear_text() {
     let _one = ONE_AT_A_TIME.lock().await;

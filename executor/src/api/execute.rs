@@ -61,6 +61,14 @@ pub trait Execute: Send + Sync {
     fn live_engines(&self) -> Option<usize> {
         None
     }
+
+    /// Engines stuck now, where this side can count them: stopped (deadline, cancel or
+    /// memory) more than [`crate::STUCK_AFTER`] ago and still running, each holding a
+    /// thread of this process until it returns. `None` where no engine can hold a thread
+    /// here ([`crate::ProcessExecutor`] kills the worker, a daemon's are the daemon's).
+    fn stuck_engines(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// The engine of a run kept alive after its outcome (`retainHandles`), wherever it lives:
@@ -168,6 +176,10 @@ macro_rules! forward_execute {
 
             fn live_engines(&self) -> Option<usize> {
                 (**self).live_engines()
+            }
+
+            fn stuck_engines(&self) -> Option<usize> {
+                (**self).stuck_engines()
             }
         }
     )*};

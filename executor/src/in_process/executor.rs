@@ -2,7 +2,7 @@
 //! its calls served on the caller's tokio runtime.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use codemode_protocol::{Outcome, OutcomeKind, entry_scope};
@@ -15,6 +15,7 @@ use crate::api::watch::{self, Logs};
 use crate::engine::quickjs::QuickJs;
 use crate::in_process::host::{Deliver, Host};
 use crate::in_process::pool::Pool;
+use crate::in_process::stuck::{Cause, StopWatch, Stuck};
 use crate::in_process::watchdog::Watchdog;
 use crate::runtime::{Control, Event, Job, Message, Settlement};
 
@@ -34,12 +35,9 @@ struct Inner {
     config: ExecutorConfig,
     pool: Pool,
     watchdog: Watchdog,
-    /// Engines still running [`STOP_GRACE`] after their deadline's stop.
-    abandoned: Arc<AtomicU64>,
+    /// Engines stuck now, and abandoned ever.
+    stuck: Arc<Stuck>,
 }
-
-/// How long an engine may take to stop after its deadline before it counts as abandoned.
-const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Default for Executor {
     fn default() -> Executor {
@@ -63,7 +61,7 @@ impl Executor {
         // The CPUs this process may use, read once, here rather than in an execution.
         crate::runtime::cpus();
         Executor {
-            inner: Arc::new(Inner { config, pool, watchdog: Watchdog::spawn(), abandoned: Arc::default() }),
+            inner: Arc::new(Inner { config, pool, watchdog: Watchdog::spawn(), stuck: Arc::default() }),
         }
     }
 
@@ -95,7 +93,18 @@ impl Executor {
     /// execution; new executions never wait for them. Zero unless an engine's builtin
     /// ignores its stop.
     pub fn abandoned_engines(&self) -> u64 {
-        self.inner.abandoned.load(Ordering::Relaxed)
+        self.inner.stuck.abandoned()
+    }
+
+    /// Engines stuck now: stopped (by the deadline, a cancel or the memory limit) more
+    /// than [`crate::STUCK_AFTER`] ago and still running, each holding its thread until
+    /// it returns (a `tracing` warning names each, in the span its run started in). The
+    /// count goes down as each one returns. New executions never wait for them, but each
+    /// holds a thread and often a core: a daemon turns not ready past
+    /// `max_stuck_engines` (docs/daemon.md). Zero unless an engine's native call ignores
+    /// its stop (V8's builtins ignore `TerminateExecution` in their loops).
+    pub fn stuck_engines(&self) -> usize {
+        self.inner.stuck.now()
     }
 
     /// Run one program in a fresh engine: a new one, or one renewed byte for byte to its
@@ -145,8 +154,15 @@ impl Executor {
         let (events, mut incoming) = tokio::sync::mpsc::unbounded_channel();
         let (messages, inbox) = crossbeam_channel::unbounded();
         let control = Control::new();
+        let stop_watch =
+            StopWatch::new(control.clone(), self.inner.stuck.clone(), self.inner.watchdog.clone());
         let done = Arc::new(AtomicBool::new(false));
-        let ticket = Ticket { messages: messages.clone(), armed: true, control: control.clone() };
+        let ticket = Ticket {
+            messages: messages.clone(),
+            armed: true,
+            control: control.clone(),
+            watch: stop_watch.clone(),
+        };
         let deliver: Deliver = Arc::new(move |call, answer| {
             let _ = messages.send(Message::Answer { call, answer });
         });
@@ -159,29 +175,18 @@ impl Executor {
         };
         let deadline = started + limits.timeout;
         let (timed_out, watched, timeout) = (events.clone(), control.clone(), Settlement::timeout(&limits));
-        let watched_done = done.clone();
-        let (watchdog, abandoned) = (self.inner.watchdog.clone(), self.inner.abandoned.clone());
+        let (watched_done, deadline_watch) = (done.clone(), stop_watch.clone());
         self.inner.watchdog.at(
             deadline,
             Some(done.clone()),
             Box::new(move || {
                 if !watched_done.load(Ordering::Acquire) {
                     watched.stop();
+                    // An engine still running a while after its stop is counted, never waited
+                    // for. Watched before the outcome goes: the host, once it has the outcome,
+                    // drops the run's ticket, whose stop is this one, not a cancel.
+                    deadline_watch.stopped(Cause::Deadline);
                     let _ = timed_out.send(Event::Settled(timeout));
-                    // An engine still running a while after its stop is reported, never waited for.
-                    watchdog.at(
-                        Instant::now() + STOP_GRACE,
-                        None,
-                        Box::new(move || {
-                            if !watched.ended() {
-                                abandoned.fetch_add(1, Ordering::Relaxed);
-                                eprintln!(
-                                    "codemode-executor: {}",
-                                    codemode_protocol::texts::ENGINE_UNSTOPPABLE
-                                );
-                            }
-                        }),
-                    );
                 }
             }),
         );
@@ -200,6 +205,7 @@ impl Executor {
             watch: watcher,
             answer_spin: self.inner.config.answer_spin.min(crate::runtime::MAX_ANSWER_SPIN),
             web_assembly,
+            on_memory_stop: Some(Box::new(move || stop_watch.stopped(Cause::Memory))),
         };
         self.inner.pool.submit(job);
         let settled = async move {
@@ -258,6 +264,10 @@ impl Execute for Executor {
     fn live_engines(&self) -> Option<usize> {
         Some(Executor::live_engines(self))
     }
+
+    fn stuck_engines(&self) -> Option<usize> {
+        Some(Executor::stuck_engines(self))
+    }
 }
 
 /// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.
@@ -276,6 +286,7 @@ struct Ticket {
     messages: crossbeam_channel::Sender<Message>,
     armed: bool,
     control: Arc<Control>,
+    watch: Arc<StopWatch>,
 }
 
 impl Drop for Ticket {
@@ -284,6 +295,7 @@ impl Drop for Ticket {
             // The stop ends whatever the engine runs now; the message ends a waiting one.
             self.control.stop();
             let _ = self.messages.send(Message::Cancel);
+            self.watch.stopped(Cause::Cancel);
         }
     }
 }

@@ -8,7 +8,8 @@
 //! may still be inside a native call) and replaced, as is one whose run ended `internal`;
 //! so is one that has not answered by the deadline plus [`KILL_GRACE`]. The decision reads
 //! the outcome's kind, never its text: a program can throw the timeout's text itself. A
-//! worker that ended otherwise serves the next execution.
+//! worker that ended otherwise serves the next execution. A worker killed (or lost) is
+//! replaced in the background as its run ends, so the next run finds one ready.
 //!
 //! Failures of this layer: a worker process that cannot start (or does not answer its
 //! hello within [`HELLO_WAIT`]) ends the run `internal`; one that dies or breaks the
@@ -198,6 +199,9 @@ impl ProcessPool {
         {
             tracing::warn!(pid, %problem, "cannot cap the worker's memory for the run");
         }
+        // Unless the worker goes back to the pool, a fresh one is started as this run ends
+        // (or is dropped: the worker is killed with it), so the next run finds one ready.
+        let mut replace = Replace { shared, armed: true };
         match tokio::time::timeout_at(deadline, run(&mut worker, request, limits)).await {
             Ok(Ok(outcome)) => {
                 let spent = matches!(
@@ -205,9 +209,12 @@ impl ProcessPool {
                     OutcomeKind::Timeout | OutcomeKind::Internal | OutcomeKind::Lost | OutcomeKind::Cancelled
                 );
                 if spent || shared.confinement.confines() {
-                    // A confined worker has seen a program: it serves no other.
+                    // A stopped run's engine may still be inside a native call: killed at
+                    // once, never waited for. A confined worker has seen a program: it
+                    // serves no other.
                     let _ = worker.child.start_kill();
                 } else {
+                    replace.armed = false;
                     shared.put_idle(worker);
                 }
                 outcome
@@ -353,6 +360,23 @@ impl PoolShared {
                 }
                 shared.started.notify_one();
             });
+        }
+    }
+}
+
+/// Starts workers until the pool's ready ones are back to its number when dropped armed:
+/// a run whose worker was killed (or died, or was dropped with the run) leaves the next
+/// run a worker ready rather than one to start.
+struct Replace<'a> {
+    shared: &'a Arc<PoolShared>,
+    armed: bool,
+}
+
+impl Drop for Replace<'_> {
+    fn drop(&mut self) {
+        // A run dropped outside a runtime (its runtime shutting down) starts nothing.
+        if self.armed && tokio::runtime::Handle::try_current().is_ok() {
+            PoolShared::refill(self.shared);
         }
     }
 }

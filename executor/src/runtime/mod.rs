@@ -73,6 +73,8 @@ pub(crate) struct Job {
     pub(crate) answer_spin: Duration,
     /// `WebAssembly` on the global (the executor refused the run on an engine without it).
     pub(crate) web_assembly: bool,
+    /// Told when the budget latches: the memory limit stops the engine.
+    pub(crate) on_memory_stop: Option<crate::budget::OnExceeded>,
 }
 
 /// Holds one execution in its pool's count of live engines until dropped.
@@ -296,7 +298,7 @@ impl<E: Engine> Execution<E> {
     fn start(job: Job, warm: Option<Warm<E>>, renewable: bool) -> Execution<E> {
         // A retained engine outlives its settlement and is never renewed.
         let renews = renewable && !job.retain;
-        let budget = Arc::new(Budget::new(job.limits.memory_limit_bytes));
+        let budget = Arc::new(Budget::watched(job.limits.memory_limit_bytes, job.on_memory_stop));
         let state = Rc::new(RefCell::new(State {
             limits: job.limits.clone(),
             host: job.host.clone(),

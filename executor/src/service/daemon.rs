@@ -37,6 +37,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 /// engine of up to its memory limit.
 pub const MAX_LIVE_EXECUTIONS: usize = 1024;
 
+/// Engines stuck at once (`Execute::stuck_engines`) a daemon stays ready with by default;
+/// past it `/readyz` answers 503 `stuck` so an orchestrator replaces the daemon.
+pub const MAX_STUCK_ENGINES: usize = 4;
+
 /// The least `max_frame_bytes` a daemon accepts: room for any error frame and the
 /// `resultTooLarge` outcome that stands in for a longer one.
 pub const MIN_FRAME_BYTES: usize = 1024;
@@ -196,6 +200,12 @@ pub struct DaemonLimits {
     /// past it that outcome is dropped for a short failure. Default
     /// [`server::SEND_TIMEOUT`] (10 s).
     pub send_timeout: Duration,
+    /// Engines stuck at once ([`crate::Execute::stuck_engines`]: stopped and still running
+    /// past [`crate::STUCK_AFTER`], each holding a thread) the daemon stays ready with;
+    /// past it [`DaemonHealth::is_ready`] is false (`/readyz` 503 `stuck`) until enough of
+    /// them return, so an orchestrator sends no more work and replaces the daemon.
+    /// Default [`MAX_STUCK_ENGINES`].
+    pub max_stuck_engines: usize,
 }
 
 crate::api::config::setters!(DaemonConfig {
@@ -226,6 +236,8 @@ crate::api::config::setters!(DaemonLimits {
     max_queued_bytes: usize,
     /// With this time an outcome waits for a client that reads nothing.
     send_timeout: Duration,
+    /// With this many stuck engines still ready.
+    max_stuck_engines: usize,
 });
 
 impl Default for DaemonLimits {
@@ -238,6 +250,7 @@ impl Default for DaemonLimits {
             idle_timeout: server::IDLE_TIMEOUT,
             max_queued_bytes: server::MAX_QUEUED_BYTES,
             send_timeout: server::SEND_TIMEOUT,
+            max_stuck_engines: MAX_STUCK_ENGINES,
         }
     }
 }
@@ -332,6 +345,9 @@ impl Daemon {
         crate::service::metrics::in_flight(0);
         crate::service::metrics::connections_open(0);
         *lock(&self.health.inner.live) = Some(live.clone());
+        *lock(&self.health.inner.executor) = Some(StuckSource(Arc::downgrade(&executor)));
+        self.health.inner.max_stuck.store(self.limits.max_stuck_engines, Ordering::Release);
+        crate::service::metrics::stuck_engines(0);
         self.health.inner.ready.store(true, Ordering::Release);
         tracing::info!(address = %self.address, "listening");
         tokio::pin!(drain);
@@ -498,9 +514,10 @@ impl Drop for Slot {
     }
 }
 
-/// What a daemon's probes read, from any thread: whether it is ready (serving and not
-/// draining), draining, and live (its runtime beat within the last few seconds: a
-/// starved or wedged runtime is caught, a busy one is not).
+/// What a daemon's probes read, from any thread: whether it is ready (serving, not
+/// draining, and no more engines stuck than [`DaemonLimits::max_stuck_engines`]),
+/// draining, and live (its runtime beat within the last few seconds: a starved or wedged
+/// runtime is caught, a busy one is not).
 #[derive(Clone, Debug, Default)]
 pub struct DaemonHealth {
     inner: Arc<HealthState>,
@@ -514,6 +531,18 @@ struct HealthState {
     beat: AtomicU64,
     started: std::sync::OnceLock<std::time::Instant>,
     live: std::sync::Mutex<Option<Arc<SharedExecutions>>>,
+    /// The executor served, for its stuck engines.
+    executor: std::sync::Mutex<Option<StuckSource>>,
+    max_stuck: AtomicUsize,
+}
+
+/// The executor a daemon serves, not kept alive by its health.
+struct StuckSource(std::sync::Weak<dyn Execute>);
+
+impl std::fmt::Debug for StuckSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StuckSource")
+    }
 }
 
 /// How often the runtime beats.
@@ -523,9 +552,24 @@ pub const HEARTBEAT: Duration = Duration::from_secs(1);
 pub const HEARTBEAT_MISSED: Duration = Duration::from_secs(10);
 
 impl DaemonHealth {
-    /// Serving and not draining: `/readyz` answers 200.
+    /// Serving, not draining, and no more engines stuck than
+    /// [`DaemonLimits::max_stuck_engines`]: `/readyz` answers 200.
     pub fn is_ready(&self) -> bool {
-        self.inner.ready.load(Ordering::Acquire) && !self.is_draining()
+        self.inner.ready.load(Ordering::Acquire) && !self.is_draining() && !self.too_many_stuck()
+    }
+
+    /// Engines of the executor served that are stuck now ([`crate::Execute::stuck_engines`];
+    /// 0 for one that cannot count them, such as process isolation, whose workers are
+    /// killed instead).
+    pub fn stuck_engines(&self) -> usize {
+        let executor = lock(&self.inner.executor).as_ref().and_then(|source| source.0.upgrade());
+        executor.and_then(|executor| executor.stuck_engines()).unwrap_or(0)
+    }
+
+    /// More engines stuck than [`DaemonLimits::max_stuck_engines`]: not ready, so an
+    /// orchestrator replaces the daemon (`/readyz` answers 503 `stuck`).
+    pub fn too_many_stuck(&self) -> bool {
+        self.stuck_engines() > self.inner.max_stuck.load(Ordering::Acquire)
     }
 
     /// Draining since a signal.
@@ -547,11 +591,25 @@ impl DaemonHealth {
     }
 }
 
-/// The runtime's heartbeat: a task that only runs when the runtime schedules it.
+/// The runtime's heartbeat: a task that only runs when the runtime schedules it. Each beat
+/// also records the stuck engines, and says when their number turns the daemon not ready
+/// and ready again.
 async fn beat(health: DaemonHealth) {
     let started = *health.inner.started.get_or_init(std::time::Instant::now);
+    let mut too_many = false;
     loop {
         health.inner.beat.store(started.elapsed().as_millis() as u64, Ordering::Release);
+        let stuck = health.stuck_engines();
+        crate::service::metrics::stuck_engines(stuck);
+        let max = health.inner.max_stuck.load(Ordering::Acquire);
+        if (stuck > max) != too_many {
+            too_many = stuck > max;
+            if too_many {
+                tracing::warn!(stuck, max_stuck_engines = max, "not ready: too many stuck engines");
+            } else {
+                tracing::info!(stuck, max_stuck_engines = max, "ready again: stuck engines returned");
+            }
+        }
         tokio::time::sleep(HEARTBEAT).await;
     }
 }

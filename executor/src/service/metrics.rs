@@ -21,9 +21,12 @@ pub const CONNECTIONS_OPEN: &str = "codemode_connections_open";
 pub const DRAINING: &str = "codemode_draining";
 /// Always 1, with the build's `version` and the `engine` it serves.
 pub const BUILD_INFO: &str = "codemode_build_info";
+/// Engines stopped and still running past `STUCK_AFTER` (50 ms), each holding a thread;
+/// in-process only (process isolation kills the worker instead).
+pub const STUCK_ENGINES: &str = "codemode_stuck_engines";
 
 /// Every metric's name, for an exporter to describe.
-pub const ALL: [&str; 8] = [
+pub const ALL: [&str; 9] = [
     EXECUTIONS_TOTAL,
     EXECUTION_DURATION_SECONDS,
     CALL_DURATION_SECONDS,
@@ -32,6 +35,7 @@ pub const ALL: [&str; 8] = [
     CONNECTIONS_OPEN,
     DRAINING,
     BUILD_INFO,
+    STUCK_ENGINES,
 ];
 
 pub(crate) fn ended(outcome: &'static str) {
@@ -64,4 +68,9 @@ pub(crate) fn draining(draining: bool) {
 
 pub(crate) fn build_info(engine: &'static str) {
     metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION"), "engine" => engine).set(1.0);
+}
+
+/// Set by the daemon's heartbeat (the CLI's exporter also sets it before each render).
+pub(crate) fn stuck_engines(n: usize) {
+    metrics::gauge!(STUCK_ENGINES).set(n as f64);
 }

@@ -14,10 +14,11 @@
 //! [executor]
 //! workers = 4
 //! engine = "quickjs"
-//! isolation = "process"
+//! isolation = "process"      # default "in-process" on quickjs, "process" on v8
 //! confinement = "required"   # or "best-effort", "off" (docs/security.md)
 //! answer_spin_us = 50        # waits awake for a call's answer this long; 0 never
 //! web_assembly = false       # true: WebAssembly on every run's global (V8 only)
+//! max_stuck_engines = 4      # in-process: past this many stuck engines, not ready
 //!
 //! [limits]          # what a request runs with unless it asks otherwise
 //! timeout_ms = 30000
@@ -170,17 +171,45 @@ pub enum LogLevel {
     Debug,
 }
 
-/// Where executions run: `isolation = "in-process" | "process"`.
+/// Where executions run: `isolation = "in-process" | "process"`. Unset, it depends on the
+/// engine ([`IsolationKind::default_for`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum IsolationKind {
-    /// Each execution on a thread of the daemon.
+    /// Each execution on a thread of the daemon. The default on QuickJS, which stops
+    /// inside every long loop of its builtins.
     #[default]
     InProcess,
-    /// Each execution in a `codemode stdio` worker process, killed on overrun.
+    /// Each execution in a `codemode stdio` worker process, killed on overrun. The default
+    /// on V8, whose builtins ignore `TerminateExecution` in their loops: in-process, such a
+    /// program holds its thread until the builtin returns, maybe never.
     Process,
 }
+
+impl IsolationKind {
+    /// Where a daemon on `engine` runs executions unless told: in its worker processes on
+    /// V8 (an engine that cannot be stopped costs a process, killed at once, not a
+    /// thread held for good), in-process on QuickJS.
+    pub fn default_for(engine: EngineKind) -> IsolationKind {
+        match engine {
+            EngineKind::V8 => IsolationKind::Process,
+            EngineKind::QuickJs => IsolationKind::InProcess,
+        }
+    }
+
+    /// Its name in a configuration file and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            IsolationKind::InProcess => "in-process",
+            IsolationKind::Process => "process",
+        }
+    }
+}
+
+/// What a daemon (`codemode serve`, `codemode mcp`) says at start when told to run V8
+/// in-process.
+pub const IN_PROCESS_V8_WARNING: &str = "V8 in-process: a program inside a builtin that ignores TerminateExecution (Array.prototype.reverse of a huge array-like, say) can hold its execution thread until the builtin returns, maybe for good; its outcome still arrives on time. Without --isolation in-process (the default on V8) each execution runs in a worker process, killed as soon as its run is stopped.";
 
 /// `[executor]`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -191,7 +220,8 @@ pub struct ExecutorSection {
     pub workers: Option<usize>,
     /// `quickjs`, or `v8` in a build with the feature.
     pub engine: Option<String>,
-    /// `in-process` (default) or `process`.
+    /// `in-process` or `process`; by default the engine's ([`IsolationKind::default_for`]:
+    /// `process` on V8, `in-process` on QuickJS).
     pub isolation: Option<IsolationKind>,
     /// How process isolation confines its workers: `required` (default on Linux),
     /// `best-effort` or `off` (docs/security.md).
@@ -202,6 +232,11 @@ pub struct ExecutorSection {
     /// `WebAssembly` on the global of every run whose request does not ask for it itself
     /// (V8 only; see [`ExecutorConfig::web_assembly`]). Default false.
     pub web_assembly: Option<bool>,
+    /// In-process: how many stuck engines (stopped and still running past
+    /// [`crate::STUCK_AFTER`]) the daemon stays ready with; past it, not ready
+    /// ([`DaemonLimits::max_stuck_engines`]). Default
+    /// [`crate::daemon::MAX_STUCK_ENGINES`] (4).
+    pub max_stuck_engines: Option<usize>,
 }
 
 /// `[limits]` and `[ceilings]`: each limit of an execution.
@@ -268,7 +303,7 @@ impl ServeConfig {
         overlay!(
             self.executor,
             flags.executor,
-            [workers, engine, isolation, confinement, answer_spin_us, web_assembly]
+            [workers, engine, isolation, confinement, answer_spin_us, web_assembly, max_stuck_engines]
         );
         for (base, over) in [(&mut self.limits, &flags.limits), (&mut self.ceilings, &flags.ceilings)] {
             overlay!(
@@ -303,9 +338,9 @@ impl ServeConfig {
         self
     }
 
-    /// The executor it describes, made: an [`crate::Executor`], or with `isolation =
-    /// "process"` a [`crate::ProcessExecutor`] whose workers are `worker` (started with
-    /// `stdio --engine <engine>`), usually this binary.
+    /// The executor it describes, made: an [`crate::Executor`], or under process
+    /// isolation ([`ServeConfig::isolation`]) a [`crate::ProcessExecutor`] whose workers
+    /// are `worker stdio` (the executor passes its engine), usually this binary.
     pub fn executor(&self, worker: PathBuf) -> Result<Arc<dyn Execute>, ConfigError> {
         let config = self.executor_config()?;
         Ok(match self.worker_command(worker)? {
@@ -314,13 +349,36 @@ impl ServeConfig {
         })
     }
 
-    /// With `isolation = "process"`, the command each worker is started with: `worker
-    /// stdio` (the executor passes its engine to its workers).
+    /// Under process isolation, the command each worker is started with: `worker stdio`
+    /// (the executor passes its engine to its workers).
     pub fn worker_command(&self, worker: PathBuf) -> Result<Option<WorkerCommand>, ConfigError> {
-        if self.executor.isolation != Some(IsolationKind::Process) {
+        if self.isolation()? != IsolationKind::Process {
             return Ok(None);
         }
         Ok(Some(WorkerCommand::new(worker, ["stdio"])))
+    }
+
+    /// Where executions run: `isolation` if set, else the engine's default
+    /// ([`IsolationKind::default_for`]: `process` on V8).
+    pub fn isolation(&self) -> Result<IsolationKind, ConfigError> {
+        if let Some(isolation) = self.executor.isolation {
+            return Ok(isolation);
+        }
+        let engine = match self.executor.engine.as_deref().map(str::parse::<EngineKind>) {
+            None => EngineKind::default(),
+            Some(Ok(engine)) => engine,
+            // Named but not built in: its isolation all the same (the executor refuses it).
+            Some(Err(ParseEngineError::NotBuiltIn { engine })) => engine,
+            Some(Err(unknown)) => return Err(ConfigError::Engine(unknown)),
+        };
+        Ok(IsolationKind::default_for(engine))
+    }
+
+    /// What the daemon should say at start about where it runs executions: the
+    /// [`IN_PROCESS_V8_WARNING`] when V8 runs in-process.
+    pub fn isolation_warning(&self) -> Result<Option<&'static str>, ConfigError> {
+        let on_v8 = self.executor_config()?.engine == EngineKind::V8;
+        Ok((on_v8 && self.isolation()? == IsolationKind::InProcess).then_some(IN_PROCESS_V8_WARNING))
     }
 
     /// The configuration of the executor it describes. The defaults must lie within the
@@ -421,6 +479,7 @@ impl ServeConfig {
             idle_timeout: ms(c.idle_timeout_ms, defaults.idle_timeout),
             max_queued_bytes: c.max_queued_bytes.unwrap_or(defaults.max_queued_bytes),
             send_timeout: ms(c.send_timeout_ms, defaults.send_timeout),
+            max_stuck_engines: self.executor.max_stuck_engines.unwrap_or(defaults.max_stuck_engines),
         }
     }
 }
@@ -471,6 +530,45 @@ mod tests {
             refused.to_string(),
             format!("the token file {} is empty; put the token in it", empty.display())
         );
+    }
+
+    /// Unset, isolation follows the engine: process on V8 (its builtins ignore their
+    /// stop), in-process on QuickJS; an explicit choice wins, and V8 in-process is warned of.
+    #[test]
+    fn isolation_defaults_to_the_engines_and_v8_in_process_is_warned_of() {
+        let mut config = ServeConfig::default();
+        assert_eq!(config.isolation().unwrap(), IsolationKind::InProcess);
+        assert_eq!(config.isolation_warning().unwrap(), None);
+        assert_eq!(config.worker_command("/bin/codemode".into()).unwrap(), None);
+        config.executor.engine = Some("v8".to_owned());
+        assert_eq!(config.isolation().unwrap(), IsolationKind::Process);
+        let command = config.worker_command("/bin/codemode".into()).unwrap().unwrap();
+        assert_eq!(
+            (command.program.to_str(), command.args.as_slice()),
+            (Some("/bin/codemode"), &["stdio".to_owned()][..])
+        );
+        config.executor.isolation = Some(IsolationKind::InProcess);
+        assert_eq!(config.isolation().unwrap(), IsolationKind::InProcess);
+        assert_eq!(config.worker_command("/bin/codemode".into()).unwrap(), None);
+        // Only a build with V8 gets as far as the warning; without it the engine is refused.
+        if cfg!(feature = "v8") {
+            assert_eq!(config.isolation_warning().unwrap(), Some(IN_PROCESS_V8_WARNING));
+        } else {
+            assert!(matches!(config.isolation_warning(), Err(ConfigError::Engine(_))));
+        }
+        config.executor.engine = Some("quickjs".to_owned());
+        config.executor.isolation = Some(IsolationKind::Process);
+        assert_eq!(config.isolation().unwrap(), IsolationKind::Process);
+        config.executor.engine = Some("spidermonkey".to_owned());
+        config.executor.isolation = None;
+        assert!(matches!(config.isolation(), Err(ConfigError::Engine(_))));
+        assert_eq!(ServeConfig::default().daemon_limits().max_stuck_engines, 4);
+        let flags: ServeConfig = {
+            let mut flags = ServeConfig::default();
+            flags.executor.max_stuck_engines = Some(1);
+            flags
+        };
+        assert_eq!(ServeConfig::default().overridden_by(&flags).daemon_limits().max_stuck_engines, 1);
     }
 
     #[test]
