@@ -65,42 +65,33 @@ fn a_transcript_that_does_not_match_the_format_names_its_file_and_field() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// What loading a transcript whose request has `field` (JSON, as it would be written) says.
+fn refusal_of(name: &str, field: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("codemode-{name}-transcript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let transcript =
+        format!(r#"{{"name":"x","section":"y","request":{{"code":"1",{field}}},"outcome":{{"logs":[]}}}}"#);
+    std::fs::write(dir.join(format!("{name}.json")), transcript).unwrap();
+    let error = load_dir(&dir).unwrap_err();
+    let _ = std::fs::remove_dir_all(&dir);
+    error.message
+}
+
 /// The wire's `events` (version 3) asks for progress, which a transcript does not record.
 #[test]
 fn a_transcript_asking_for_events_is_refused() {
-    let dir = std::env::temp_dir().join(format!("codemode-events-transcript-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("events.json"),
-        r#"{"name":"x","section":"y","request":{"code":"1","events":true},"outcome":{"logs":[]}}"#,
-    )
-    .unwrap();
-    let error = load_dir(&dir).unwrap_err();
-    assert!(
-        error.message.starts_with("does not match transcript format v1: unknown field `events`"),
-        "{}",
-        error.message
-    );
-    let _ = std::fs::remove_dir_all(&dir);
+    let message = refusal_of("events", r#""events":true"#);
+    assert!(message.starts_with("does not match transcript format v1: unknown field `events`"), "{message}");
 }
 
 /// The wire's `webAssembly` (version 4) is the implementation's setting in the matrix, not
 /// a transcript's: format v1 refuses it.
 #[test]
 fn a_transcript_asking_for_web_assembly_is_refused() {
-    let dir = std::env::temp_dir().join(format!("codemode-wasm-transcript-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("wasm.json"),
-        r#"{"name":"x","section":"y","request":{"code":"1","webAssembly":true},"outcome":{"logs":[]}}"#,
-    )
-    .unwrap();
-    let error = load_dir(&dir).unwrap_err();
     assert_eq!(
-        error.message,
+        refusal_of("wasm", r#""webAssembly":true"#),
         "does not match transcript format v1: unknown field `webAssembly` (a transcript runs with the implementation's own setting)"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]

@@ -49,10 +49,9 @@ fn the_hostile_cases_hold_in_confined_workers() {
     if std::env::var_os(CONFINED_VARIABLE).is_some() {
         return; // this is the confined run
     }
-    let me = std::env::current_exe().expect("the suite knows its own binary");
-    let output = std::process::Command::new(me)
-        .env(CONFINED_VARIABLE, "1")
-        .args([
+    crate::support::run_again(
+        CONFINED_VARIABLE,
+        &[
             "hostile::",
             "--skip",
             "the_hostile_cases_hold_in_confined_workers",
@@ -60,12 +59,9 @@ fn the_hostile_cases_hold_in_confined_workers() {
             "a_retained_engines_",
             "--test-threads",
             "2",
-        ])
-        .output()
-        .expect("the suite runs again");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the hostile cases failed in confined workers:\n{text}");
-    assert!(text.contains("test result: ok."), "{text}");
+        ],
+        "the hostile cases in confined workers",
+    );
 }
 
 /// `store.x()` answers 1 at once, `store.slow()` 2 after 50 ms, `store.never()` never.

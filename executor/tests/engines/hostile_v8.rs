@@ -85,21 +85,11 @@ fn the_v8_hostile_cases_hold_in_confined_workers() {
     if confined() || std::env::var_os(ALONE_VARIABLE).is_some() {
         return; // this is the confined run, or one case's own process
     }
-    let me = std::env::current_exe().expect("the suite knows its own binary");
-    let output = std::process::Command::new(me)
-        .env(CONFINED_VARIABLE, "1")
-        .args([
-            "hostile_v8::",
-            "--skip",
-            "the_v8_hostile_cases_hold_in_confined_workers",
-            "--test-threads",
-            "2",
-        ])
-        .output()
-        .expect("the suite runs again");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "the V8 hostile cases failed in confined workers:\n{text}");
-    assert!(text.contains("test result: ok."), "{text}");
+    crate::support::run_again(
+        CONFINED_VARIABLE,
+        &["hostile_v8::", "--skip", "the_v8_hostile_cases_hold_in_confined_workers", "--test-threads", "2"],
+        "the V8 hostile cases in confined workers",
+    );
 }
 
 /// A memory program: its code, whether it asks for WebAssembly, its deadline, and its

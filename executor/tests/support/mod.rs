@@ -115,3 +115,15 @@ pub fn watch_children(
         peak
     })
 }
+
+/// Run this test binary again with `variable` set and `args`, and its stdout once it has
+/// passed: a part of a suite re-run in another setting (confined workers, another engine).
+pub fn run_again(variable: &str, args: &[&str], what: &str) -> String {
+    let me = std::env::current_exe().expect("the suite knows its own binary");
+    let output =
+        std::process::Command::new(me).env(variable, "1").args(args).output().expect("the suite runs again");
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "{what} failed:\n{text}");
+    assert!(text.contains("test result: ok."), "{text}");
+    text
+}

@@ -83,6 +83,13 @@ impl Bounds {
     }
 }
 
+/// The byte count a native of this file was called with: anything but a finite number
+/// from 0 is past the address space, refused like the address space itself.
+fn bytes_of(scope: &mut v8::PinScope<'_, '_>, args: &v8::FunctionCallbackArguments<'_>) -> usize {
+    let bytes = args.get(0).number_value(scope).unwrap_or(f64::NAN);
+    if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX }
+}
+
 /// `reserve(bytes)`: charge the budget, or stop the isolate when it has no room.
 fn reserve(
     scope: &mut v8::PinScope<'_, '_>,
@@ -90,11 +97,7 @@ fn reserve(
     _: v8::ReturnValue<'_, v8::Value>,
 ) {
     let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
-    let bytes = args.get(0).number_value(scope).unwrap_or(0.0);
-    // Anything past the address space is refused like the address space itself.
-    let bytes =
-        if bytes.is_finite() && bytes >= 0.0 { bytes.min(usize::MAX as f64) as usize } else { usize::MAX };
-    if !shared.account.charge(bytes) {
+    if !shared.account.charge(bytes_of(scope, &args)) {
         scope.terminate_execution();
     }
 }
@@ -106,9 +109,9 @@ fn release(
     _: v8::ReturnValue<'_, v8::Value>,
 ) {
     let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
-    let bytes = args.get(0).number_value(scope).unwrap_or(0.0);
-    if bytes.is_finite() && bytes > 0.0 {
-        shared.account.release(bytes.min(usize::MAX as f64) as usize);
+    let bytes = bytes_of(scope, &args);
+    if bytes != usize::MAX {
+        shared.account.release(bytes);
     }
 }
 
@@ -120,8 +123,7 @@ fn icu(
     _: v8::ReturnValue<'_, v8::Value>,
 ) {
     let Some(shared) = scope.get_slot::<Rc<Shared>>().cloned() else { return };
-    let bytes = args.get(0).number_value(scope).unwrap_or(0.0).max(0.0) as usize;
-    let garbage = shared.icu_garbage.get().saturating_add(bytes);
+    let garbage = shared.icu_garbage.get().saturating_add(bytes_of(scope, &args));
     if garbage < ICU_GARBAGE_BYTES {
         shared.icu_garbage.set(garbage);
         return;
