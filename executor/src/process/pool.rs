@@ -25,7 +25,8 @@
 //! ([`Confinement::confines`]) a worker serves one execution and is replaced; the pool
 //! keeps fresh, already locked workers ready, and before a worker's first execution the
 //! host reads `/proc/<pid>/task/*/status` itself (no-new-privs 1, seccomp 2 on every
-//! thread).
+//! thread). A run that leaves other workers ready starts its replacement when it ends, so
+//! the start does not share the CPUs with it; one that takes the last, at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -164,6 +165,7 @@ impl ProcessPool {
             return (Outcome::failure(OutcomeKind::Invalid, confine::unavailable(), Vec::new()), Logs::Live);
         }
         let mut taken = shared.take_idle();
+        let mut replace_at_end = None;
         if shared.confinement.confines() {
             let waiting = shared.waiting.fetch_add(1, Ordering::SeqCst);
             if taken.is_none() && waiting < shared.starting.load(Ordering::SeqCst) {
@@ -173,8 +175,15 @@ impl ProcessPool {
                 taken = shared.take_idle();
             }
             shared.waiting.fetch_sub(1, Ordering::SeqCst);
-            // Replace what this run uses before it starts, so the next one finds it ready.
-            PoolShared::refill(shared);
+            if taken.is_some() && !lock(&shared.idle).is_empty() {
+                // Others are ready for the next runs: this one's replacement starts when it
+                // ends, so the start does not take a CPU from the run (docs/performance.md,
+                // "Process isolation on V8").
+                replace_at_end = Some(RefillOnDrop(shared.clone()));
+            } else {
+                // Replace what this run uses before it starts, so the next one finds it ready.
+                PoolShared::refill(shared);
+            }
         }
         let worker = match taken {
             Some(worker) => worker,
@@ -186,7 +195,9 @@ impl ProcessPool {
             },
         };
         let logs = if worker.session.version() >= 3 { Logs::Live } else { Logs::WithOutcome };
-        (self.run_on(worker, &request, limits).await, logs)
+        let outcome = self.run_on(worker, &request, limits).await;
+        drop(replace_at_end);
+        (outcome, logs)
     }
 
     async fn run_on(&self, mut worker: Worker, request: &Request, limits: &Limits) -> Outcome {
@@ -348,6 +359,18 @@ impl PoolShared {
                 }
                 shared.started.notify_one();
             });
+        }
+    }
+}
+
+/// Refills the pool when dropped: at a run's end, or when its future is dropped before.
+struct RefillOnDrop(Arc<PoolShared>);
+
+impl Drop for RefillOnDrop {
+    fn drop(&mut self) {
+        // A future dropped outside any runtime cannot start a worker: the next run refills.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            PoolShared::refill(&self.0);
         }
     }
 }
