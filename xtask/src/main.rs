@@ -120,7 +120,8 @@ fn cargo(args: &[&str]) -> Result<(), String> {
 fn bench() -> Result<(), String> {
     cargo(&["bench", "-p", "codemode-executor"])?;
     if std::env::var_os("RUSTY_V8_ARCHIVE").is_some() {
-        // The engines side by side, V8 included, and V8's memory per live execution.
+        // The engines side by side, V8 included, process isolation's latency on V8, and
+        // V8's memory per live execution.
         cargo(&[
             "bench",
             "-p",
@@ -131,6 +132,8 @@ fn bench() -> Result<(), String> {
             "engines",
             "--bench",
             "compute",
+            "--bench",
+            "isolation_latency",
         ])?;
         let status = xtask::cargo_command(env!("CARGO"))
             .args(["bench", "-p", "codemode-executor", "--features", "v8", "--bench", "memory"])

@@ -40,7 +40,12 @@ pub(crate) fn echo_bytes() -> Request {
 /// The `codemode` binary (package `codemode-cli`) in this bench's profile: process
 /// isolation and the daemon need one.
 pub(crate) fn codemode_binary() -> std::path::PathBuf {
-    codemode_devtools::codemode_binary(&[]).expect("the codemode binary builds")
+    codemode_binary_with(&[])
+}
+
+/// [`codemode_binary`] with the CLI's `features` (`["v8"]` for a worker that runs V8).
+pub(crate) fn codemode_binary_with(features: &[&str]) -> std::path::PathBuf {
+    codemode_devtools::codemode_binary(features).expect("the codemode binary builds")
 }
 
 /// `codemode serve` in a process of its own, as an operator runs it; killed when dropped.

@@ -215,6 +215,58 @@ async fn a_confined_worker_serves_one_execution() {
     ready().await;
 }
 
+/// Confined, a run that leaves another worker ready starts its replacement when it ends,
+/// not beside it (the start would share the CPUs with the run); then the pool is full again.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confined_run_with_another_worker_ready_is_replaced_when_it_ends() {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+    let _one = ONE_AT_A_TIME.lock().await;
+    let command = WorkerCommand::new(env!("CARGO_BIN_EXE_codemode"), ["stdio"]);
+    let config = ExecutorConfig::default().workers(2).confinement(Confinement::Required);
+    let executor = ProcessExecutor::new(config, command);
+    // Two locked workers ready, no other, and at most `kept` of `before` among them.
+    let full = |before: BTreeSet<String>, kept: usize| async move {
+        let locked = |pids: &BTreeSet<String>| {
+            pids.len() == 2
+                && pids.intersection(&before).count() <= kept
+                && pids
+                    .iter()
+                    .all(|pid| codemode_executor::confine::check_worker(pid.parse().unwrap()).is_ok())
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !locked(&worker_pids()) && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let pids = worker_pids();
+        assert!(locked(&pids), "not two locked workers ready ({kept} of {before:?} kept): {pids:?}");
+        pids
+    };
+    let first = executor.execute(Request::new("async () => 'start'")).await;
+    assert_eq!(json(&first), r#"{"result":"start","logs":[]}"#);
+    let ready = full(BTreeSet::new(), 0).await;
+    // A worker is locked before its hello is answered and it joins the ready ones.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen: Arc<Mutex<Option<BTreeSet<String>>>> = Arc::default();
+    let during = seen.clone();
+    let outcome = executor
+        .execute(
+            Request::new("async () => await store.look()")
+                .provider(ProviderDescriptor::new("store", ["look"]))
+                .dispatch(move |_: ToolCall| {
+                    *during.lock().unwrap() = Some(worker_pids());
+                    async { r#"{"result":1}"#.to_owned() }
+                }),
+        )
+        .await;
+    assert_eq!(json(&outcome), r#"{"result":1,"logs":[]}"#);
+    // During the run: the one running it and the one ready, no replacement starting.
+    assert_eq!(seen.lock().unwrap().take(), Some(ready.clone()));
+    // After it: the one that ran is gone and its replacement is ready.
+    full(ready, 1).await;
+}
+
 /// Watching a run in a worker process (wire version 3): its log lines reach the host as
 /// the worker writes them, in order with its calls, and the outcome's are not told twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -26,7 +26,8 @@
 //! ([`Confinement::confines`]) a worker serves one execution and is replaced; the pool
 //! keeps fresh, already locked workers ready, and before a worker's first execution the
 //! host reads `/proc/<pid>/task/*/status` itself (no-new-privs 1, seccomp 2 on every
-//! thread).
+//! thread). A run that leaves other workers ready starts its replacement when it ends, so
+//! the start does not share the CPUs with it; one that takes the last, at once.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -174,8 +175,13 @@ impl ProcessPool {
                 taken = shared.take_idle();
             }
             shared.waiting.fetch_sub(1, Ordering::SeqCst);
-            // Replace what this run uses before it starts, so the next one finds it ready.
-            PoolShared::refill(shared);
+            // With others ready for the next runs, this one's replacement starts when it ends
+            // (`Replace` in `run_on`), so the start does not take a CPU from the run
+            // (docs/performance.md, "Process isolation on V8"); else at once, so the next
+            // run finds one ready.
+            if taken.is_none() || lock(&shared.idle).is_empty() {
+                PoolShared::refill(shared);
+            }
         }
         let worker = match taken {
             Some(worker) => worker,
