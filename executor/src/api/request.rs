@@ -278,14 +278,15 @@ impl Request {
     /// [`ExecutorConfig::web_assembly`].
     ///
     /// ```
-    /// use codemode_executor::{EngineKind, Executor, ExecutorConfig, OutcomeKind, Request};
+    /// use codemode_executor::{Executor, Request};
+    /// use codemode_protocol::{OutcomeKind, texts::WEB_ASSEMBLY_NEEDS_V8};
     ///
     /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
     /// let quickjs = Executor::default();
     /// let outcome = quickjs.execute(Request::new("async () => typeof WebAssembly").web_assembly(true)).await;
-    /// assert_eq!(outcome.kind(), OutcomeKind::Invalid);
+    /// assert_eq!((outcome.kind(), outcome.error_text()), (OutcomeKind::Invalid, Some(WEB_ASSEMBLY_NEEDS_V8)));
     /// let outcome = quickjs.execute(Request::new("async () => typeof WebAssembly")).await;
-    /// assert_eq!(outcome.result(), Some(&serde_json::json!("undefined")));
+    /// assert_eq!(outcome.to_json_string(), r#"{"result":"undefined","logs":[]}"#);
     /// # });
     /// ```
     pub fn web_assembly(mut self, on: bool) -> Request {

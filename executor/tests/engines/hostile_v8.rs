@@ -538,6 +538,16 @@ memory_cases! {
     an_array_from_a_long_array_like: Case::new("async () => Array.from({ length: 2 ** 28 }).length", MEMORY)
         .quickjs(MEMORY)
         .timeout(Duration::from_secs(20)),
+    // Few bytecodes a turn, each allocating 512 KiB: V8 notices the stop only when its
+    // interpreter's budget runs out, hundreds of megabytes later (in-process, 220–400 MiB
+    // at a 16 MiB limit), so the worker's cap is what holds it.
+    an_allocation_loop_that_notices_its_stop_late: Case::new(
+        "async () => { for (let i = 0; i < 30000; i++) globalThis['g' + i] = i; \
+         globalThis.hog = []; while (true) hog.push(new Array(1 << 16).fill(7)) }",
+        MEMORY,
+    )
+    .quickjs(MEMORY)
+    .one_step(),
     a_huge_join: Case::new(
         "async () => { const parts = []; for (let i = 0; i < 2 ** 20; i++) parts.push('x'.repeat(256)); return parts.join('').length }",
         MEMORY,

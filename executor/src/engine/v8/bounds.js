@@ -111,9 +111,24 @@
     replace(holder, name, wrapper);
   };
   // Each segments object, and each iterator over one, holds a copy of ICU's break iterator.
-  const segmentsPrototype = getPrototypeOf(apply(Intl.Segmenter.prototype.segment, new Intl.Segmenter(), ['']));
+  // Their prototype is reached through the first segments object (no program has one
+  // before `segment` returns it), rather than made here with every context.
+  const segment = Intl.Segmenter.prototype.segment;
+  let segmentsWrapped = false;
   wrap(Intl.Segmenter.prototype, 'segment', () => reserve(intlObjectBytes));
-  wrap(segmentsPrototype, iteratorSymbol, () => reserve(intlObjectBytes));
+  const { segment: segmentWrapper } = Intl.Segmenter.prototype;
+  const { segment: segmentOnce } = {
+    segment(input) {
+      const segments = apply(segmentWrapper, this, [input]);
+      if (!segmentsWrapped) {
+        segmentsWrapped = true;
+        wrap(getPrototypeOf(segments), iteratorSymbol, () => reserve(intlObjectBytes));
+      }
+      return segments;
+    },
+  };
+  defineProperty(segmentOnce, 'length', { value: segment.length, configurable: true });
+  replace(Intl.Segmenter.prototype, 'segment', segmentOnce);
   // V8's own break iterator, outside the standard: gone rather than bounded.
   delete Intl.v8BreakIterator;
   // These make an ICU formatter or collator per call and drop it: garbage the heap limit

@@ -45,28 +45,32 @@ pub(super) struct Bounds {
 }
 
 impl Bounds {
-    /// Install the bounds in `scope`'s context, and take `WebAssembly` off its global.
-    pub(super) fn install(scope: &mut v8::PinScope<'_, '_>) -> Option<Bounds> {
+    /// The source of `bounds.js`, a function of the natives below that installs the
+    /// bounds; evaluated as a built-in script (compiled once per process, with V8's cache).
+    pub(super) fn source() -> String {
+        include_str!("bounds.js").to_owned()
+    }
+
+    /// Install the bounds in `scope`'s context with `installer` (the value of
+    /// [`Bounds::source`]), and take `WebAssembly` off its global.
+    pub(super) fn install(
+        scope: &mut v8::PinScope<'_, '_>,
+        installer: &v8::Global<v8::Value>,
+    ) -> Option<Bounds> {
         let context = scope.get_current_context();
         let global = context.global(scope);
         let name = convert::string(scope, "WebAssembly")?;
         let original = global.get(scope, name.into())?;
         global.delete(scope, name.into())?;
-        let source = convert::string(scope, include_str!("bounds.js"))?;
-        let origin = super::origin(scope, "codemode:v8-bounds")?;
-        let script = v8::Script::compile(scope, source, Some(&origin))?;
-        let installer = v8::Local::<v8::Function>::try_from(script.run(scope)?).ok()?;
+        let installer = v8::Local::<v8::Function>::try_from(v8::Local::new(scope, installer)).ok()?;
         let reserve = v8::Function::builder(reserve).build(scope)?;
         let release = v8::Function::builder(release).build(scope)?;
         let icu = v8::Function::builder(icu).build(scope)?;
         let intl = v8::Number::new(scope, INTL_OBJECT_BYTES);
         let call = v8::Number::new(scope, ICU_CALL_BYTES);
         let undefined = v8::undefined(scope).into();
-        let enable = installer.call(
-            scope,
-            undefined,
-            &[reserve.into(), release.into(), icu.into(), intl.into(), call.into()],
-        )?;
+        let natives = [reserve.into(), release.into(), icu.into(), intl.into(), call.into()];
+        let enable = installer.call(scope, undefined, &natives)?;
         let enable = v8::Local::<v8::Function>::try_from(enable).ok()?;
         Some(Bounds { original: v8::Global::new(scope, original), enable: v8::Global::new(scope, enable) })
     }

@@ -43,7 +43,7 @@ pub(crate) struct V8 {
 /// handles before the isolate, the account (read by the allocator and heap callback) after.
 struct Made {
     heap_limit: usize,
-    /// `None` only when the bounds' script failed to install: the engine is then refused.
+    /// Set once the bounds' script has run ([`V8::new`] refuses an engine without them).
     bounds: Option<bounds::Bounds>,
     context: v8::Global<v8::Context>,
     shared: Rc<Shared>,
@@ -171,17 +171,15 @@ fn made(heap_limit: usize, stack_limit_bytes: usize) -> Made {
         icu_garbage: Cell::new(0),
     });
     isolate.set_slot(shared.clone());
-    let (context, bounds) = {
+    let context = {
         v8::scope!(let scope, &mut isolate);
         let context = v8::Context::new(scope, Default::default());
         let name = v8::String::new(scope, "codemode:promise");
         let key = v8::Private::new(scope, name);
         *shared.promise_key.borrow_mut() = Some(v8::Global::new(scope, key));
-        let global = v8::Global::new(scope, context);
-        let scope = &mut v8::ContextScope::new(scope, context);
-        (global, bounds::Bounds::install(scope))
+        v8::Global::new(scope, context)
     };
-    Made { heap_limit, bounds, context, shared, isolate, account }
+    Made { heap_limit, bounds: None, context, shared, isolate, account }
 }
 
 impl Engine for V8 {
@@ -194,12 +192,21 @@ impl Engine for V8 {
 
     fn new(memory_limit_bytes: usize, stack_limit_bytes: usize) -> Result<V8, String> {
         let made = made(memory_limit_bytes, stack_limit_bytes);
-        if made.bounds.is_none() {
-            return Err("the V8 engine's memory bounds did not install".to_owned());
-        }
-        #[allow(unused_mut)]
         let mut engine =
             V8 { made, stop: Arc::default(), stack_limit_bytes, uncached: Vec::new(), armed: false };
+        // Compiled once per process with V8's code cache, as the runtime's built-ins are.
+        let installer = engine.evaluate_builtin("codemode:v8-bounds", bounds::Bounds::source);
+        let mut bounds = None;
+        if let Ok(installer) = installer {
+            let _ = engine.with(|scope, _| {
+                bounds = bounds::Bounds::install(scope, &installer);
+                Some(v8::undefined(scope).into())
+            });
+        }
+        if bounds.is_none() {
+            return Err("the V8 engine's memory bounds did not install".to_owned());
+        }
+        engine.made.bounds = bounds;
         #[cfg(all(target_os = "linux", feature = "confinement-probe"))]
         super::probe::install(&mut engine)?;
         Ok(engine)
