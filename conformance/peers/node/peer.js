@@ -115,8 +115,10 @@ function execute(execution, request) {
   let nextCall = 1;
   const timers = new Set();
   const maxPayload = request.maxPayloadBytes ?? 8 << 20;
-  const context = vm.createContext({});
+  // WebAssembly is absent unless a run asks for it (this peer never offers it).
+  const context = vm.createContext({}, { codeGeneration: { wasm: false } });
   const inside = (source) => vm.runInContext(source, context);
+  inside('delete globalThis.WebAssembly');
   const reject = inside('(message) => Promise.reject(new Error(message))');
   // Refusals by a bound: a run that ends rejected with one of these ends 'payload'.
   const bounded = new WeakSet();
