@@ -232,8 +232,15 @@ async fn worker_case(name: &str, case: Case, expected: &str) {
         peak >> 20,
         WORKER_BOUND >> 20
     );
+    // The cap stops the worker wherever the allocation that passes it is made: in V8 or
+    // C++'s `operator new` the worker says so (exit status 86, the memory outcome); in a
+    // path of its own (about one run in four of the two-byte rope) it dies without a word,
+    // and the run is `lost`. Its memory is held either way.
+    let lost =
+        format!(r#"{{"error":"{}","kind":"lost","logs":[]}}"#, codemode_protocol::texts::WORKER_PROCESS_DIED);
+    let expected_or_lost = outcome == expected || (expected == MEMORY && outcome == lost);
     assert!(
-        outcome == expected && peak > 0 && peak < WORKER_BOUND && took < case.timeout + MARGIN,
+        expected_or_lost && peak > 0 && peak < WORKER_BOUND && took < case.timeout + MARGIN,
         "{name}: {}\n  expected {expected}\n  got      {outcome} after {took:?}\n  the worker peaked at {} MiB (bound {} MiB)",
         case.code,
         peak >> 20,
