@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use codemode_executor::{Executor, ExecutorConfig, Request};
+use common::RawWorker;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -188,53 +189,14 @@ fn interleaved(
     total
 }
 
-/// A `codemode stdio` worker spoken to directly, spawned as the pool spawns it (empty
-/// environment, the level's variables) and killed when dropped.
-struct RawWorker {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
+/// A worker of `confinement`'s level, as the pool starts one.
+fn raw_worker(confinement: codemode_executor::Confinement) -> RawWorker {
+    let level = [(codemode_executor::confine::CONFINEMENT_VAR, confinement.name())];
+    let env: &[(&str, &str)] = if confinement.confines() { &level } else { &[] };
+    RawWorker::spawn(&common::codemode_binary(), &["stdio"], env)
 }
 
 impl RawWorker {
-    fn spawn(confinement: codemode_executor::Confinement) -> RawWorker {
-        use std::io::Write;
-        let mut command = std::process::Command::new(common::codemode_binary());
-        // stderr to /dev/null, as the pool's bounded pipe would take it: a confined worker may
-        // write no file (RLIMIT_FSIZE 0), so inheriting the bench's redirected stderr kills it.
-        command
-            .arg("stdio")
-            .env_clear()
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null());
-        if confinement.confines() {
-            command.env(codemode_executor::confine::CONFINEMENT_VAR, confinement.name());
-        }
-        let mut child = command.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        stdin.write_all(b"{\"type\":\"hello\",\"protocol\":\"codemode\",\"version\":1}\n").unwrap();
-        let mut worker = RawWorker { child, stdin, stdout };
-        let hello = worker.line();
-        assert_eq!(hello["type"], "hello", "{hello}");
-        worker
-    }
-
-    /// One message, in one write as a host sends a frame (a `writeln!` would write its
-    /// pieces one by one, and the worker would wake for each).
-    fn send(&mut self, message: &serde_json::Value) {
-        use std::io::Write;
-        self.stdin.write_all(format!("{message}\n").as_bytes()).unwrap();
-    }
-
-    fn line(&mut self) -> serde_json::Value {
-        use std::io::BufRead;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a message: {line:?}"))
-    }
-
     /// Execution `id` of `code` with a `store` provider whose calls are answered 1 at once;
     /// its result.
     fn run(&mut self, id: u64, code: &str) -> serde_json::Value {
@@ -242,7 +204,7 @@ impl RawWorker {
             "type": "execute", "execution": id,
             "request": { "code": code, "dispatch": true, "providers": [{ "name": "store", "tools": ["one"] }] },
         });
-        self.send(&request);
+        self.send(&request.to_string());
         loop {
             let message = self.line();
             match message["type"].as_str() {
@@ -250,7 +212,7 @@ impl RawWorker {
                     let answer = serde_json::json!({
                         "type": "answer", "execution": id, "call": message["call"], "answer": r#"{"result":1}"#,
                     });
-                    self.send(&answer);
+                    self.send(&answer.to_string());
                 }
                 Some("outcome") => return message["outcome"]["result"].clone(),
                 _ => panic!("unexpected {message}"),
@@ -259,17 +221,10 @@ impl RawWorker {
     }
 }
 
-impl Drop for RawWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The time from spawning a worker to the outcome of its first run, `async () => 1`.
 fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
     let started = std::time::Instant::now();
-    let mut worker = RawWorker::spawn(confinement);
+    let mut worker = raw_worker(confinement);
     let result = worker.run(1, "async () => 1");
     let elapsed = started.elapsed();
     assert_eq!(result, 1);
@@ -279,7 +234,7 @@ fn worker_start(confinement: codemode_executor::Confinement) -> Duration {
 /// The time of a fresh worker's second run, 100 sequential calls (the first, `async () =>
 /// 1`, warms both levels alike): a call's round trip with the filter on and off.
 fn second_run_of_100_calls(confinement: codemode_executor::Confinement) -> Duration {
-    let mut worker = RawWorker::spawn(confinement);
+    let mut worker = raw_worker(confinement);
     assert_eq!(worker.run(1, "async () => 1"), 1);
     let started = std::time::Instant::now();
     let result = worker

@@ -23,6 +23,7 @@ use codemode_executor::{
     Confinement, EngineKind, Execute, Executor, ExecutorConfig, ProcessExecutor, Request, WorkerCommand,
 };
 use codemode_protocol::OutcomeKind;
+use common::RawWorker;
 
 /// Engines or locked workers kept ready by every executor measured.
 const READY: usize = 16;
@@ -260,7 +261,7 @@ fn direct(pause: Duration, settle: Duration) {
         let (mut cpu, mut faults) = (Vec::new(), Vec::new());
         for _ in 0..SAMPLES_ONE {
             let started = Instant::now();
-            let mut worker = RawWorker::spawn(&binary, engine);
+            let mut worker = raw_worker(&binary, engine);
             starts.push(started.elapsed());
             std::thread::sleep(pause);
             let before = worker.usage();
@@ -271,7 +272,7 @@ fn direct(pause: Duration, settle: Duration) {
         }
         faults.sort();
         for _ in 0..ROUNDS {
-            let workers: Vec<RawWorker> = (0..AT_ONCE).map(|_| RawWorker::spawn(&binary, engine)).collect();
+            let workers: Vec<RawWorker> = (0..AT_ONCE).map(|_| raw_worker(&binary, engine)).collect();
             std::thread::sleep(settle);
             let gate = Arc::new(std::sync::Barrier::new(AT_ONCE));
             let threads: Vec<_> = workers
@@ -301,36 +302,13 @@ fn direct(pause: Duration, settle: Duration) {
     }
 }
 
-/// A locked `codemode stdio` worker spawned as the pool spawns it (empty environment, the
-/// level's variables), its hello answered; killed when dropped.
-struct RawWorker {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
+/// A locked worker of `binary` on `engine`, as the pool starts one.
+fn raw_worker(binary: &std::path::Path, engine: EngineKind) -> RawWorker {
+    let level = [(codemode_executor::confine::CONFINEMENT_VAR, Confinement::Required.name())];
+    RawWorker::spawn(binary, &["stdio", "--engine", engine.name()], &level)
 }
 
 impl RawWorker {
-    fn spawn(binary: &std::path::Path, engine: EngineKind) -> RawWorker {
-        use std::io::Write;
-        // stderr to /dev/null: a confined worker may write no file (RLIMIT_FSIZE 0).
-        let mut child = std::process::Command::new(binary)
-            .args(["stdio", "--engine", engine.name()])
-            .env_clear()
-            .env(codemode_executor::confine::CONFINEMENT_VAR, Confinement::Required.name())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-        stdin.write_all(b"{\"type\":\"hello\",\"protocol\":\"codemode\",\"version\":1}\n").unwrap();
-        let mut worker = RawWorker { child, stdin, stdout };
-        let hello = worker.line();
-        assert_eq!(hello["type"], "hello", "{hello}");
-        worker
-    }
-
     /// The CPU time its threads have had (from each one's `schedstat`) and its minor page
     /// faults so far.
     fn usage(&self) -> (Duration, u64) {
@@ -347,29 +325,14 @@ impl RawWorker {
         (Duration::from_nanos(on_cpu), minor_faults)
     }
 
-    fn line(&mut self) -> serde_json::Value {
-        use std::io::BufRead;
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a message: {line:?}"))
-    }
-
     /// `async () => 1`, from the request's write to the outcome's read.
     fn run(&mut self) -> Duration {
-        use std::io::Write;
         let request = r#"{"type":"execute","execution":1,"request":{"code":"async () => 1"}}"#;
         let started = Instant::now();
-        self.stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+        self.send(request);
         let outcome = self.line();
         let elapsed = started.elapsed();
         assert_eq!(outcome["outcome"]["result"], 1, "{outcome}");
         elapsed
-    }
-}
-
-impl Drop for RawWorker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

@@ -88,3 +88,58 @@ pub(crate) async fn connect(path: &std::path::Path) -> codemode_executor::Remote
     }
     panic!("the daemon did not start within 5 s")
 }
+
+/// A `codemode stdio` worker spoken to directly, started as the pool starts one (an
+/// environment of the level's variables only), its hello answered; killed when dropped.
+/// Each bench adds the runs it measures.
+pub(crate) struct RawWorker {
+    pub(crate) child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl RawWorker {
+    /// Start `binary` with `args`, in an environment of `env` only, and say hello.
+    pub(crate) fn spawn(binary: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> RawWorker {
+        use std::io::Write;
+        let mut command = std::process::Command::new(binary);
+        // stderr to /dev/null, as the pool's bounded pipe would take it: a confined worker may
+        // write no file (RLIMIT_FSIZE 0), so inheriting the bench's redirected stderr kills it.
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().copied())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        let mut child = command.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        stdin.write_all(b"{\"type\":\"hello\",\"protocol\":\"codemode\",\"version\":1}\n").unwrap();
+        let mut worker = RawWorker { child, stdin, stdout };
+        let hello = worker.line();
+        assert_eq!(hello["type"], "hello", "{hello}");
+        worker
+    }
+
+    /// One message, in one write as a host sends a frame (a `writeln!` would write its
+    /// pieces one by one, and the worker would wake for each).
+    pub(crate) fn send(&mut self, message: &str) {
+        use std::io::Write;
+        self.stdin.write_all(format!("{message}\n").as_bytes()).unwrap();
+    }
+
+    pub(crate) fn line(&mut self) -> serde_json::Value {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a message: {line:?}"))
+    }
+}
+
+impl Drop for RawWorker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
