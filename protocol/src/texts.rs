@@ -206,6 +206,20 @@ pub const CODE_TOOL_CODE_PARAMETER: &str =
 /// The run passed its wall-clock limit.
 pub const TIMEOUT: Template = Template("Execution timed out after {ms} ms.");
 
+/// The run's engine thread spent its CPU time budget (`cpuTimeLimitMs`); waiting is not counted.
+pub const CPU_TIME_LIMIT: Template = Template("Execution used its CPU time limit of {ms} ms.");
+
+/// A request asks for a limit the daemon's protocol version does not know: it is refused
+/// on the client rather than sent to be refused, or worse run without it.
+pub const LIMIT_NEEDS_VERSION: Template = Template(
+    "The daemon speaks codemode version {version}, and {limit} needs version {needed} or newer. Upgrade the daemon, or run without {limit}.",
+);
+
+/// The program made one call more than `maxCalls` allows; that call was never sent.
+pub const CALL_LIMIT: Template = Template(
+    "Execution reached its limit of {limit} calls (tool calls and fetches together); the call over it was not sent.",
+);
+
 /// An error outcome as a person or a model reads it: its text, then where in the code as
 /// sent it arose (`Outcome::error_display`).
 pub const ERROR_AT: Template = Template("{text} (at line {line}, column {column})");

@@ -21,8 +21,11 @@ pub const PROTOCOL_NAME: &str = "codemode";
 /// and [`ServerMessage::Refused`]; version 3 adds the execute request's `events` and
 /// [`ServerMessage::Log`] and [`ServerMessage::Waiting`]; version 4 adds the outcome kinds
 /// [`OutcomeKind::Lost`] and [`OutcomeKind::Cancelled`] (a peer below it reads both as
-/// `internal`, [`OutcomeKind::for_version`]) and the execute request's `webAssembly`.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// `internal`, [`OutcomeKind::for_version`]) and the execute request's `webAssembly`;
+/// version 5 adds the execute request's `cpuTimeLimitMs` and `maxCalls` and their outcome
+/// kinds [`OutcomeKind::CpuTime`] and [`OutcomeKind::CallLimit`] (below it, `timeout` and
+/// `internal`).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// The exit status of a worker process (`codemode stdio` under process isolation) whose
 /// engine could not get memory from the operating system (the host capped the worker's
@@ -32,6 +35,10 @@ pub const WORKER_OUT_OF_MEMORY_EXIT: i32 = 86;
 
 /// The first version whose outcomes may say `lost` or `cancelled`.
 pub const LOST_AND_CANCELLED_VERSION: u32 = 4;
+
+/// The first version whose requests may carry `cpuTimeLimitMs` and `maxCalls` and whose
+/// outcomes may say `cpuTime` or `callLimit`.
+pub const CPU_AND_CALL_LIMITS_VERSION: u32 = 5;
 
 /// The oldest protocol version this crate still speaks.
 pub const OLDEST_PROTOCOL_VERSION: u32 = 1;
@@ -97,6 +104,17 @@ pub struct ExecuteRequest {
     /// the field, so it is sent only when true.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub web_assembly: bool,
+    /// Version 5: the CPU time the run's engine thread may spend, in milliseconds; time
+    /// the program waits (on a call, a fetch, a timer) is not counted. Past it the run
+    /// ends with kind `cpuTime`. Absent: no CPU budget (the wall clock, `timeoutMs`, still
+    /// holds). A server below version 5 refuses the field, so a budget is never dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_time_limit_ms: Option<u64>,
+    /// Version 5: how many calls (tool calls and fetches together) the run may make. The
+    /// call over it never reaches the host and the run ends with kind `callLimit`, which
+    /// the program cannot catch. Absent: no bound on the number of calls.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_calls: Option<u64>,
 }
 
 impl ExecuteRequest {
@@ -117,6 +135,8 @@ impl ExecuteRequest {
             max_calls_in_flight: None,
             events: false,
             web_assembly: false,
+            cpu_time_limit_ms: None,
+            max_calls: None,
         }
     }
 }
@@ -168,6 +188,12 @@ pub enum OutcomeKind {
     /// The host ended the run: it cancelled it, or the person at the command line
     /// interrupted it. Version 4; below it, `internal`.
     Cancelled,
+    /// The run's engine thread spent its CPU time budget (`cpuTimeLimitMs`). Version 5;
+    /// below it, `timeout`.
+    CpuTime,
+    /// The program made more calls than `maxCalls` allows; the call over it was never
+    /// sent. Version 5; below it, `internal`.
+    CallLimit,
 }
 
 impl OutcomeKind {
@@ -184,22 +210,27 @@ impl OutcomeKind {
         OutcomeKind::Internal,
         OutcomeKind::Lost,
         OutcomeKind::Cancelled,
+        OutcomeKind::CpuTime,
+        OutcomeKind::CallLimit,
     ];
 
     /// The kind as a peer speaking `version` knows it: `lost` and `cancelled` are
-    /// `internal` below version 4, so an older peer reads every outcome it is sent.
+    /// `internal` below version 4; `cpuTime` is `timeout` and `callLimit` is `internal`
+    /// below version 5. So an older peer reads every outcome it is sent.
     pub const fn for_version(self, version: u32) -> OutcomeKind {
         match self {
             OutcomeKind::Lost | OutcomeKind::Cancelled if version < LOST_AND_CANCELLED_VERSION => {
                 OutcomeKind::Internal
             }
+            OutcomeKind::CpuTime if version < CPU_AND_CALL_LIMITS_VERSION => OutcomeKind::Timeout,
+            OutcomeKind::CallLimit if version < CPU_AND_CALL_LIMITS_VERSION => OutcomeKind::Internal,
             kind => kind,
         }
     }
 
     /// The kind as the wire writes it: `returned`, `thrown`, `timeout`, `memory`,
-    /// `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost` or
-    /// `cancelled`.
+    /// `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost`, `cancelled`,
+    /// `cpuTime` or `callLimit`.
     pub const fn as_str(self) -> &'static str {
         match self {
             OutcomeKind::Returned => "returned",
@@ -213,6 +244,8 @@ impl OutcomeKind {
             OutcomeKind::Internal => "internal",
             OutcomeKind::Lost => "lost",
             OutcomeKind::Cancelled => "cancelled",
+            OutcomeKind::CpuTime => "cpuTime",
+            OutcomeKind::CallLimit => "callLimit",
         }
     }
 }

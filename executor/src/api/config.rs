@@ -27,6 +27,15 @@ pub struct Limits {
     pub max_log_bytes: usize,
     /// Bound on tool and fetch calls awaiting an answer at once.
     pub max_calls_in_flight: usize,
+    /// The CPU time the run's engine thread may spend on it, read from that thread's own
+    /// clock: waiting (on a call, a fetch, a timer) is not counted, nor is a neighbour's
+    /// work. Past it the run ends with kind `cpuTime`. `None`: no CPU budget (the wall
+    /// clock, `timeout`, still holds). As a ceiling, `None` allows any budget.
+    pub cpu_time_limit: Option<Duration>,
+    /// How many calls (tool calls and fetches together) one run may make; the call over
+    /// it never reaches the host and the run ends with kind `callLimit`. `None`: no bound.
+    /// As a ceiling, `None` allows any bound.
+    pub max_calls: Option<usize>,
 }
 
 impl Default for Limits {
@@ -39,6 +48,8 @@ impl Default for Limits {
             max_result_bytes: 8 << 20,
             max_log_bytes: 1 << 20,
             max_calls_in_flight: 256,
+            cpu_time_limit: None,
+            max_calls: None,
         }
     }
 }
@@ -53,6 +64,8 @@ impl Limits {
         max_result_bytes: 0,
         max_log_bytes: 0,
         max_calls_in_flight: 0,
+        cpu_time_limit: Some(Duration::from_millis(1)),
+        max_calls: Some(0),
     };
 
     /// The default ceilings: what a request may ask for unless the executor's config says less.
@@ -65,41 +78,58 @@ impl Limits {
             max_result_bytes: 256 << 20,
             max_log_bytes: 64 << 20,
             max_calls_in_flight: 65_536,
+            cpu_time_limit: None,
+            max_calls: None,
         }
     }
 
-    /// Each limit with its wire name, its value as written, and the minimum and ceiling.
-    fn named<'a>(&'a self, ceilings: &'a Limits) -> [(&'static str, u128, u128, u128); 7] {
+    /// Each limit with its wire name, its value as written (`None`: unset), and the minimum
+    /// and ceiling (`u128::MAX` where the ceiling is unset).
+    fn named<'a>(&'a self, ceilings: &'a Limits) -> [(&'static str, Option<u128>, u128, u128); 9] {
         let m = &Limits::MINIMUMS;
         let n = |v: usize| v as u128;
+        let ms = |d: Duration| d.as_millis();
+        let or_max = |v: Option<u128>| v.unwrap_or(u128::MAX);
         [
-            ("timeoutMs", self.timeout.as_millis(), m.timeout.as_millis(), ceilings.timeout.as_millis()),
+            ("timeoutMs", Some(ms(self.timeout)), ms(m.timeout), ms(ceilings.timeout)),
             (
                 "memoryLimitBytes",
-                n(self.memory_limit_bytes),
+                Some(n(self.memory_limit_bytes)),
                 n(m.memory_limit_bytes),
                 n(ceilings.memory_limit_bytes),
             ),
             (
                 "stackLimitBytes",
-                n(self.stack_limit_bytes),
+                Some(n(self.stack_limit_bytes)),
                 n(m.stack_limit_bytes),
                 n(ceilings.stack_limit_bytes),
             ),
             (
                 "maxPayloadBytes",
-                n(self.max_payload_bytes),
+                Some(n(self.max_payload_bytes)),
                 n(m.max_payload_bytes),
                 n(ceilings.max_payload_bytes),
             ),
-            ("maxResultBytes", n(self.max_result_bytes), n(m.max_result_bytes), n(ceilings.max_result_bytes)),
-            ("maxLogBytes", n(self.max_log_bytes), n(m.max_log_bytes), n(ceilings.max_log_bytes)),
+            (
+                "maxResultBytes",
+                Some(n(self.max_result_bytes)),
+                n(m.max_result_bytes),
+                n(ceilings.max_result_bytes),
+            ),
+            ("maxLogBytes", Some(n(self.max_log_bytes)), n(m.max_log_bytes), n(ceilings.max_log_bytes)),
             (
                 "maxCallsInFlight",
-                n(self.max_calls_in_flight),
+                Some(n(self.max_calls_in_flight)),
                 n(m.max_calls_in_flight),
                 n(ceilings.max_calls_in_flight),
             ),
+            (
+                "cpuTimeLimitMs",
+                self.cpu_time_limit.map(ms),
+                m.cpu_time_limit.map_or(0, ms),
+                or_max(ceilings.cpu_time_limit.map(ms)),
+            ),
+            ("maxCalls", self.max_calls.map(n), m.max_calls.map_or(0, n), or_max(ceilings.max_calls.map(n))),
         ]
     }
 
@@ -107,6 +137,7 @@ impl Limits {
     /// the refusal's pinned text ([`LIMIT_TOO_SMALL`], [`LIMIT_ABOVE_CEILING`]).
     pub fn check(&self, ceilings: &Limits) -> Result<(), LimitError> {
         for (limit, value, minimum, ceiling) in self.named(ceilings) {
+            let Some(value) = value else { continue };
             if value < minimum {
                 return Err(LimitError::TooSmall { limit, value, minimum });
             }
@@ -150,6 +181,10 @@ setters!(Limits {
     max_log_bytes: usize,
     /// With this bound on calls in flight.
     max_calls_in_flight: usize,
+    /// With this CPU time budget (`None`: none).
+    cpu_time_limit: Option<Duration>,
+    /// With this bound on the calls of one run (`None`: none).
+    max_calls: Option<usize>,
 });
 
 /// Why [`Limits::check`] refused a limit. Its Display is the pinned text a request out of

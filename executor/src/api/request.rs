@@ -46,6 +46,8 @@ pub(crate) struct LocalOverrides {
     max_result_bytes: Option<usize>,
     max_log_bytes: Option<usize>,
     max_calls_in_flight: Option<usize>,
+    cpu_time_limit: Option<Duration>,
+    max_calls: Option<usize>,
 }
 
 impl Request {
@@ -96,6 +98,8 @@ impl Request {
                 max_result_bytes: bytes(wire.max_result_bytes),
                 max_log_bytes: bytes(wire.max_log_bytes),
                 max_calls_in_flight: bytes(wire.max_calls_in_flight),
+                cpu_time_limit: wire.cpu_time_limit_ms.map(Duration::from_millis),
+                max_calls: bytes(wire.max_calls),
             },
             web_assembly: wire.web_assembly.then_some(true),
             on_event: None,
@@ -270,6 +274,40 @@ impl Request {
         self
     }
 
+    /// Give the run a CPU time budget: the time its engine thread spends on it, read from
+    /// that thread's own clock. Waiting on a call, a fetch or a timer is not counted, nor
+    /// is any other thread's work, so a loaded host does not fail the program. Past it the
+    /// engine is stopped and the run ends with kind `cpuTime` (`texts::CPU_TIME_LIMIT`);
+    /// the wall clock ([`Request::timeout`]) still holds beside it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use codemode_executor::{Executor, Request};
+    /// use codemode_protocol::OutcomeKind;
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let spin = Request::new("async () => { for (;;) {} }").cpu_time_limit(Duration::from_millis(50));
+    /// let outcome = Executor::default().execute(spin).await;
+    /// assert_eq!(outcome.kind(), OutcomeKind::CpuTime);
+    /// assert_eq!(outcome.error_text(), Some("Execution used its CPU time limit of 50 ms."));
+    /// let wait = "async () => { await new Promise(r => setTimeout(r, 200)); return 'waited' }";
+    /// let outcome = Executor::default().execute(Request::new(wait).cpu_time_limit(Duration::from_millis(50))).await;
+    /// assert_eq!(outcome.to_json_string(), r#"{"result":"waited","logs":[]}"#);
+    /// # });
+    /// ```
+    pub fn cpu_time_limit(mut self, limit: Duration) -> Request {
+        self.local.cpu_time_limit = Some(limit);
+        self
+    }
+
+    /// Bound the calls the run may make, tool calls and fetches together. The call over it
+    /// never reaches the dispatch, and the run ends with kind `callLimit`
+    /// (`texts::CALL_LIMIT`): the program cannot catch its way past it.
+    pub fn max_calls(mut self, calls: usize) -> Request {
+        self.local.max_calls = Some(calls);
+        self
+    }
+
     /// Put `WebAssembly` on the program's global (V8 only; absent by default). Every byte
     /// it uses is charged to the memory limit before it is made: a module's bytes eightfold
     /// for its compiled code, and each memory's maximum, whole, per instance (a memory
@@ -325,6 +363,11 @@ impl Request {
             // A sender speaking below version 3 clears it (such a peer refuses the field).
             events: self.on_event.is_some() || self.watcher.is_some(),
             web_assembly: self.web_assembly == Some(true),
+            cpu_time_limit_ms: self
+                .local
+                .cpu_time_limit
+                .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            max_calls: self.local.max_calls.map(|n| n as u64),
         }
     }
 
@@ -348,6 +391,8 @@ impl Request {
             max_result_bytes: Some(limits.max_result_bytes),
             max_log_bytes: Some(limits.max_log_bytes),
             max_calls_in_flight: Some(limits.max_calls_in_flight),
+            cpu_time_limit: limits.cpu_time_limit,
+            max_calls: limits.max_calls,
         };
         self
     }
@@ -361,6 +406,8 @@ impl Request {
             max_result_bytes: self.local.max_result_bytes.unwrap_or(defaults.max_result_bytes),
             max_log_bytes: self.local.max_log_bytes.unwrap_or(defaults.max_log_bytes),
             max_calls_in_flight: self.local.max_calls_in_flight.unwrap_or(defaults.max_calls_in_flight),
+            cpu_time_limit: self.local.cpu_time_limit.or(defaults.cpu_time_limit),
+            max_calls: self.local.max_calls.or(defaults.max_calls),
         }
     }
 }

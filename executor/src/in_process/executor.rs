@@ -17,7 +17,7 @@ use crate::in_process::host::{Deliver, Host};
 use crate::in_process::pool::Pool;
 use crate::in_process::stuck::{Cause, StopWatch, Stuck};
 use crate::in_process::watchdog::Watchdog;
-use crate::runtime::{Control, Event, Job, Message, Settlement};
+use crate::runtime::{Control, CpuWatch, Event, Job, Limit, Message, Settlement};
 
 /// The text of an `execute` called outside a Tokio runtime.
 pub const NO_TOKIO_RUNTIME: &str = "execute must run inside a Tokio runtime: tool calls are served on the caller's runtime. Call it from within #[tokio::main] or Runtime::block_on.";
@@ -190,6 +190,22 @@ impl Executor {
                 }
             }),
         );
+        let cpu_watch = limits.cpu_time_limit.map(|limit| {
+            let (events, control, done, watch) =
+                (events.clone(), control.clone(), done.clone(), stop_watch.clone());
+            CpuWatch {
+                limit,
+                done: done.clone(),
+                on_spent: Box::new(move || {
+                    if !done.load(Ordering::Acquire) {
+                        control.stop_for(Limit::CpuTime);
+                        watch.stopped(Cause::CpuTime);
+                        let _ = events.send(Event::Settled(Settlement::cpu_time(limit)));
+                    }
+                }),
+            }
+        });
+        let memory_watch = stop_watch;
         let job = Job {
             scope_source: scope.source,
             program: scope.map,
@@ -205,7 +221,8 @@ impl Executor {
             watch: watcher,
             answer_spin: self.inner.config.answer_spin.min(crate::runtime::MAX_ANSWER_SPIN),
             web_assembly,
-            on_memory_stop: Some(Box::new(move || stop_watch.stopped(Cause::Memory))),
+            on_memory_stop: Some(Box::new(move || memory_watch.stopped(Cause::Memory))),
+            cpu_watch,
         };
         self.inner.pool.submit(job);
         let settled = async move {
@@ -230,9 +247,10 @@ impl Executor {
                         if retain {
                             return (outcome, Some(Retained { _ticket: ticket, incoming }));
                         }
-                        // A run that settled disposed its engine before it reported; a timeout's
-                        // ticket stops and disposes an engine still inside a native call.
-                        if outcome.kind() != OutcomeKind::Timeout {
+                        // A run that settled disposed its engine before it reported; the ticket of a
+                        // timeout or a spent CPU budget (the watchdog's outcomes) stops and
+                        // disposes an engine still inside a native call.
+                        if !matches!(outcome.kind(), OutcomeKind::Timeout | OutcomeKind::CpuTime) {
                             ticket.armed = false;
                         }
                         return (outcome, None);

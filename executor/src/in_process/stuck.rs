@@ -32,6 +32,7 @@ pub(crate) enum Cause {
     Deadline,
     Cancel,
     Memory,
+    CpuTime,
 }
 
 impl Cause {
@@ -40,6 +41,7 @@ impl Cause {
             Cause::Deadline => "deadline",
             Cause::Cancel => "cancel",
             Cause::Memory => "memory",
+            Cause::CpuTime => "cpu time",
         }
     }
 }

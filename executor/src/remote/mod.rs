@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use codemode_protocol::wire::ClientMessage;
+use codemode_protocol::wire::{CPU_AND_CALL_LIMITS_VERSION, ClientMessage, ExecuteRequest};
 use codemode_protocol::{Outcome, OutcomeKind, texts};
 
 use connection::Target;
@@ -444,6 +444,9 @@ impl RemoteExecutor {
                     continue;
                 }
             };
+            if let Some(refusal) = unknown_limit(&wire, connection.version()) {
+                return (Outcome::failure(OutcomeKind::Invalid, refusal, Vec::new()), None, Logs::Live);
+            }
             let execution = remote.next_execution.fetch_add(1, Ordering::Relaxed);
             // Only a daemon of version 3 or newer knows `events`; an older one refuses it.
             let events = request.watcher.clone().filter(|_| connection.version() >= 3).map(WireEvents::new);
@@ -557,4 +560,21 @@ fn admission(request: &Request) -> Admission {
 /// The outcome of an execute whose connection to the daemon is gone.
 fn connection_lost() -> Outcome {
     Outcome::failure(OutcomeKind::Lost, texts::DAEMON_CONNECTION_LOST, Vec::new())
+}
+
+/// The refusal of a request carrying a limit a daemon of `version` does not know: sent,
+/// the daemon would refuse the field; the text says which limit and what to do.
+fn unknown_limit(wire: &ExecuteRequest, version: u32) -> Option<String> {
+    if version >= CPU_AND_CALL_LIMITS_VERSION {
+        return None;
+    }
+    let limit = if wire.cpu_time_limit_ms.is_some() {
+        "cpuTimeLimitMs"
+    } else if wire.max_calls.is_some() {
+        "maxCalls"
+    } else {
+        return None;
+    };
+    let (version, needed) = (version.to_string(), CPU_AND_CALL_LIMITS_VERSION.to_string());
+    Some(texts::LIMIT_NEEDS_VERSION.fill(&[&version, limit, &needed]))
 }

@@ -32,6 +32,8 @@ const TIMER_HOST_COST: usize = 96;
 #[derive(Default)]
 pub(super) struct Calls {
     next: u64,
+    /// Calls that left so far (the call budget counts them).
+    left: usize,
     open: HashMap<u64, Open>,
 }
 
@@ -73,6 +75,20 @@ impl State {
             return Some(texts::TOO_MANY_CALLS_IN_FLIGHT.fill(&[&in_flight.to_string()]));
         }
         None
+    }
+
+    /// Whether the call budget lets one more call leave. The call over it stops the run
+    /// (kind `callLimit`, which the program cannot catch) and never reaches the host.
+    fn within_call_budget(&mut self, named: &Named<'_>) -> Result<(), String> {
+        let Some(limit) = self.limits.max_calls else { return Ok(()) };
+        if self.calls.left < limit {
+            self.calls.left += 1;
+            return Ok(());
+        }
+        let text = texts::CALL_LIMIT.fill(&[&limit.to_string()]);
+        self.refused_call(named, &text);
+        self.control.stop_for(super::Limit::Calls);
+        Err(text)
     }
 
     /// Open a call holding `payload` bytes; `None` when the budget has no room for it.
@@ -225,6 +241,9 @@ fn leave(
     let mut state = shared.borrow_mut();
     if let Some(text) = state.refusal(payload) {
         state.refused_call(&named, &text);
+        return Ok(refused(text));
+    }
+    if let Err(text) = state.within_call_budget(&named) {
         return Ok(refused(text));
     }
     let Some(id) = state.open_call(payload, &named, parsed) else {

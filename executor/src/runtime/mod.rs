@@ -9,6 +9,7 @@
 //! ([`crate::api::watch`]). An engine only offers primitives ([`crate::engine::Engine`]).
 
 mod calls;
+mod cpu;
 mod cpus;
 mod prelude;
 mod spin;
@@ -36,6 +37,7 @@ use crate::in_process::host::{CallAnswer, Host};
 use crate::in_process::watchdog::Watchdog;
 use calls::Calls;
 use codemode_protocol::wire::LogLevel;
+pub(crate) use cpu::CpuWatch;
 pub(crate) use cpus::cpus;
 pub(crate) use spin::MAX_ANSWER_SPIN;
 use timers::Timers;
@@ -75,6 +77,8 @@ pub(crate) struct Job {
     pub(crate) web_assembly: bool,
     /// Told when the budget latches: the memory limit stops the engine.
     pub(crate) on_memory_stop: Option<crate::budget::OnExceeded>,
+    /// The CPU time budget, started on the run's thread when the run starts.
+    pub(crate) cpu_watch: Option<CpuWatch>,
 }
 
 /// Holds one execution in its pool's count of live engines until dropped.
@@ -129,14 +133,38 @@ impl Settlement {
         )
     }
 
+    /// The run's engine thread spent its CPU time budget.
+    pub(crate) fn cpu_time(limit: Duration) -> Settlement {
+        Settlement::Failed(
+            OutcomeKind::CpuTime,
+            texts::CPU_TIME_LIMIT.fill(&[&limit.as_millis().to_string()]),
+        )
+    }
+
+    /// The program made one call more than its budget of `limit`.
+    fn call_limit(limit: usize) -> Settlement {
+        Settlement::Failed(OutcomeKind::CallLimit, texts::CALL_LIMIT.fill(&[&limit.to_string()]))
+    }
+
     fn memory(budget: &Budget) -> Settlement {
         Settlement::Failed(OutcomeKind::Memory, texts::MEMORY_LIMIT.fill(&[&budget.limit().to_string()]))
     }
 }
 
+/// A limit that stopped a run, beside the memory budget (whose latch is its own record).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Limit {
+    /// The CPU time budget, spent (`Limits::cpu_time_limit`).
+    CpuTime,
+    /// The call budget, reached (`Limits::max_calls`).
+    Calls,
+}
+
 /// Stops one execution from any thread: the watchdog at the deadline, the host on drop.
 pub(crate) struct Control {
     stop: AtomicBool,
+    /// The limit that stopped the run, set once before its stop.
+    limit: OnceLock<Limit>,
     stopper: OnceLock<Stopper>,
     /// Counts a retained engine's late callbacks; the watchdog stops one that overruns.
     late_callbacks: AtomicU64,
@@ -148,6 +176,7 @@ impl Control {
     pub(crate) fn new() -> Arc<Control> {
         Arc::new(Control {
             stop: AtomicBool::new(false),
+            limit: OnceLock::new(),
             stopper: OnceLock::new(),
             late_callbacks: AtomicU64::new(0),
             ended: AtomicBool::new(false),
@@ -168,6 +197,18 @@ impl Control {
 
     pub(crate) fn stopped(&self) -> bool {
         self.stop.load(Ordering::Acquire)
+    }
+
+    /// Stop the run because `limit` says so: its outcome is that limit's, whatever the
+    /// program does before the engine notices (it cannot catch its way past it).
+    pub(crate) fn stop_for(&self, limit: Limit) {
+        let _ = self.limit.set(limit);
+        self.stop();
+    }
+
+    /// The limit that stopped the run, if one did.
+    pub(crate) fn limit(&self) -> Option<Limit> {
+        self.limit.get().copied()
     }
 }
 
@@ -209,6 +250,8 @@ pub(crate) struct State {
     log_bytes: usize,
     logs_stopped: bool,
     watch: Option<Watcher>,
+    /// Stops the run when the call budget is reached.
+    control: Arc<Control>,
 }
 
 impl State {
@@ -280,6 +323,8 @@ struct Execution<E: Engine> {
     spun_out: Option<(u64, u64)>,
     control: Arc<Control>,
     watchdog: Watchdog,
+    /// The run's CPU time, when it has a budget: its waits awake are credited back.
+    cpu: Option<Arc<cpu::CpuAccount>>,
     live: Option<Live>,
     engine: Option<E>,
 }
@@ -296,6 +341,8 @@ impl<E: Engine> Drop for Execution<E> {
 
 impl<E: Engine> Execution<E> {
     fn start(job: Job, warm: Option<Warm<E>>, renewable: bool) -> Execution<E> {
+        // The run's CPU time counts from here, on this thread.
+        let cpu = job.cpu_watch.and_then(|watch| watch.start(&job.watchdog));
         // A retained engine outlives its settlement and is never renewed.
         let renews = renewable && !job.retain;
         let budget = Arc::new(Budget::watched(job.limits.memory_limit_bytes, job.on_memory_stop));
@@ -310,6 +357,7 @@ impl<E: Engine> Execution<E> {
             log_bytes: 0,
             logs_stopped: false,
             watch: job.watch,
+            control: job.control.clone(),
         }));
         let mut execution = Execution {
             program: job.program,
@@ -328,6 +376,7 @@ impl<E: Engine> Execution<E> {
             spun_out: None,
             control: job.control.clone(),
             watchdog: job.watchdog,
+            cpu,
             live: Some(job.live),
             engine: None,
         };
@@ -467,11 +516,23 @@ impl<E: Engine> Execution<E> {
         self.state.borrow().budget.exceeded()
     }
 
-    /// Why a stopped engine stopped: memory first (its latch is the cause), then the clock.
+    /// Whether a limit ended the run: the memory budget's latch, or a limit the control
+    /// records. Its outcome then stands over whatever the program did meanwhile.
+    fn limit_hit(&self) -> bool {
+        self.budget_exceeded() || self.control.limit().is_some()
+    }
+
+    /// Why a stopped engine stopped: memory first (its latch is the cause), then a limit
+    /// the control records, then the clock.
     fn stop_settlement(&self) -> Settlement {
         let state = self.state.borrow();
         if state.budget.exceeded() {
             return Settlement::memory(&state.budget);
+        }
+        match (self.control.limit(), state.limits.cpu_time_limit, state.limits.max_calls) {
+            (Some(Limit::CpuTime), Some(limit), _) => return Settlement::cpu_time(limit),
+            (Some(Limit::Calls), _, Some(limit)) => return Settlement::call_limit(limit),
+            _ => {}
         }
         if Instant::now() >= self.deadline {
             return Settlement::timeout(&state.limits);
@@ -511,8 +572,8 @@ impl<E: Engine> Execution<E> {
     fn thrown(&mut self, value: &E::Value) -> Settlement {
         // Memory is the budget's latch alone: an error that merely reads like one (a
         // program can throw `new RangeError('Invalid string length')`) is the program's.
-        if self.budget_exceeded() {
-            return Settlement::memory(&self.state.borrow().budget);
+        if self.limit_hit() {
+            return self.stop_settlement();
         }
         let refusal = self.refusal_text(value);
         let text = self.describe(value);
@@ -600,7 +661,7 @@ impl<E: Engine> Execution<E> {
                 }
             }
         };
-        let settlement = if self.budget_exceeded() { self.stop_settlement() } else { settlement };
+        let settlement = if self.limit_hit() { self.stop_settlement() } else { settlement };
         self.settle(settlement);
     }
 
@@ -759,7 +820,11 @@ impl<E: Engine> Execution<E> {
         }
         let until = wake.map_or(now + self.answer_spin, |at| at.min(now + self.answer_spin));
         let read = answers.as_deref().map(|read| read as &dyn Fn());
-        let polled = spin::poll(&self.inbox, until, spin::Gate::process(), read);
+        let poll = || spin::poll(&self.inbox, until, spin::Gate::process(), read);
+        let polled = match &self.cpu {
+            Some(cpu) => cpu.waiting(poll),
+            None => poll(),
+        };
         if matches!(polled, Polled::Nothing) {
             self.spun_out = Some((opened, self.answered));
         }

@@ -23,6 +23,8 @@
 //! [limits]          # what a request runs with unless it asks otherwise
 //! timeout_ms = 30000
 //! memory_limit_bytes = 67108864
+//! cpu_time_limit_ms = 10000  # CPU of the run's thread, waiting not counted; unset, none
+//! max_calls = 1000           # calls and fetches of one run; unset, no bound
 //!
 //! [ceilings]        # the most a request may ask for
 //! timeout_ms = 120000
@@ -258,6 +260,10 @@ pub struct LimitsSection {
     pub max_log_bytes: Option<usize>,
     /// Calls awaiting an answer at once.
     pub max_calls_in_flight: Option<usize>,
+    /// The CPU time of a run's engine thread (waiting not counted); unset, none.
+    pub cpu_time_limit_ms: Option<u64>,
+    /// Calls (tool calls and fetches) one run may make; unset, no bound.
+    pub max_calls: Option<usize>,
 }
 
 /// `[connections]`: what one client may hold, and how long.
@@ -316,7 +322,9 @@ impl ServeConfig {
                     max_payload_bytes,
                     max_result_bytes,
                     max_log_bytes,
-                    max_calls_in_flight
+                    max_calls_in_flight,
+                    cpu_time_limit_ms,
+                    max_calls
                 ]
             );
         }
@@ -494,6 +502,8 @@ impl LimitsSection {
             max_result_bytes: self.max_result_bytes.unwrap_or(base.max_result_bytes),
             max_log_bytes: self.max_log_bytes.unwrap_or(base.max_log_bytes),
             max_calls_in_flight: self.max_calls_in_flight.unwrap_or(base.max_calls_in_flight),
+            cpu_time_limit: self.cpu_time_limit_ms.map(Duration::from_millis).or(base.cpu_time_limit),
+            max_calls: self.max_calls.or(base.max_calls),
         }
     }
 }
