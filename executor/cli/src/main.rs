@@ -76,6 +76,8 @@ enum Command {
         /// The engine's memory limit in bytes.
         #[arg(long, value_name = "N")]
         memory_limit_bytes: Option<usize>,
+        #[command(flatten)]
+        budget: BudgetArgs,
         /// Where the program runs: in this process, or in a worker process killed on overrun.
         #[arg(long, value_enum, default_value_t = IsolationArg::InProcess)]
         isolation: IsolationArg,
@@ -116,6 +118,8 @@ enum Command {
         /// otherwise (V8 only).
         #[arg(long)]
         webassembly: bool,
+        #[command(flatten)]
+        budget: BudgetArgs,
     },
     /// Serve the executor as a daemon: every call travels back over the connection.
     Serve(Box<serve::ServeArgs>),
@@ -194,6 +198,44 @@ struct ViewArgs {
     waiting_after_ms: Option<u64>,
 }
 
+/// The budgets of a run that every command running programs takes (over the defaults).
+#[derive(clap::Args, Clone, Copy, Debug, Default)]
+pub(crate) struct BudgetArgs {
+    /// The CPU time a run's engine thread may spend, in milliseconds; waiting on calls,
+    /// fetches and timers is not counted. Past it the run ends with kind cpuTime
+    /// [default: none; the wall clock still holds].
+    #[arg(long, value_name = "N")]
+    pub(crate) cpu_time_limit_ms: Option<u64>,
+    /// How many calls (tool calls and fetches together) one run may make; the call over it
+    /// is not sent and the run ends with kind callLimit [default: no bound].
+    #[arg(long, value_name = "N")]
+    pub(crate) max_calls: Option<usize>,
+}
+
+impl BudgetArgs {
+    /// `request` with these budgets, where given.
+    pub(crate) fn apply(self, mut request: Request) -> Request {
+        if let Some(ms) = self.cpu_time_limit_ms {
+            request = request.cpu_time_limit(Duration::from_millis(ms));
+        }
+        if let Some(calls) = self.max_calls {
+            request = request.max_calls(calls);
+        }
+        request
+    }
+
+    /// `limits` with these budgets, where given.
+    pub(crate) fn over(self, mut limits: codemode_executor::Limits) -> codemode_executor::Limits {
+        if let Some(ms) = self.cpu_time_limit_ms {
+            limits.cpu_time_limit = Some(Duration::from_millis(ms));
+        }
+        if self.max_calls.is_some() {
+            limits.max_calls = self.max_calls;
+        }
+        limits
+    }
+}
+
 /// `--engine`, read with `EngineKind`'s own parser so an engine this build lacks is
 /// refused with its text (exit code 2).
 #[derive(clap::Args)]
@@ -267,16 +309,18 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(problem) => usage_error(problem),
         },
-        Command::Stdio { engine, webassembly } => match stdio_engine(engine.as_deref(), webassembly) {
-            Err(problem) => usage_error(problem),
-            Ok(engine) => match stdio(engine, webassembly) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(message) => {
-                    eprintln!("codemode stdio: {message}");
-                    ExitCode::FAILURE
-                }
-            },
-        },
+        Command::Stdio { engine, webassembly, budget } => {
+            match stdio_engine(engine.as_deref(), webassembly) {
+                Err(problem) => usage_error(problem),
+                Ok(engine) => match stdio(engine, webassembly, budget) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(message) => {
+                        eprintln!("codemode stdio: {message}");
+                        ExitCode::FAILURE
+                    }
+                },
+            }
+        }
         Command::Declarations { spec, db, format } => match declarations(spec, db, format) {
             Ok(text) => {
                 println!("{text}");
@@ -291,6 +335,7 @@ fn main() -> ExitCode {
             spec,
             timeout_ms,
             memory_limit_bytes,
+            budget,
             isolation,
             confinement,
             engine,
@@ -315,7 +360,7 @@ fn main() -> ExitCode {
             match run(
                 program,
                 sources,
-                (timeout_ms, memory_limit_bytes),
+                (timeout_ms, memory_limit_bytes, budget),
                 (isolation, confinement),
                 (engine, web_assembly),
                 connect,
@@ -345,8 +390,10 @@ fn stdio_engine(flag: Option<&str>, webassembly: bool) -> Result<EngineKind, Str
 }
 
 /// A worker of process isolation: confined as its host asks (`wire::worker`).
-fn stdio(engine: EngineKind, web_assembly: bool) -> Result<(), String> {
-    codemode_executor::wire::worker::serve_stdio(engine, web_assembly).map_err(|e| e.to_string())
+fn stdio(engine: EngineKind, web_assembly: bool, budget: BudgetArgs) -> Result<(), String> {
+    let mut config = ExecutorConfig::default().engine(engine).web_assembly(web_assembly);
+    config.limits = budget.over(config.limits);
+    codemode_executor::wire::worker::serve_stdio_with(config).map_err(|e| e.to_string())
 }
 
 /// Where a run's providers come from.
@@ -481,7 +528,7 @@ fn read_program(program: &Path) -> Result<String, String> {
 fn run(
     program: PathBuf,
     sources: Sources,
-    (timeout_ms, memory_limit_bytes): (Option<u64>, Option<usize>),
+    (timeout_ms, memory_limit_bytes, budget): (Option<u64>, Option<usize>, BudgetArgs),
     (isolation, confinement): (IsolationArg, Confinement),
     (engine, web_assembly): (EngineKind, bool),
     connect: ConnectArgs,
@@ -516,6 +563,7 @@ fn run(
     if let Some(bytes) = memory_limit_bytes {
         request = request.memory_limit_bytes(bytes);
     }
+    request = budget.apply(request);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

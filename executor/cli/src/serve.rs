@@ -106,6 +106,8 @@ pub(crate) struct ServeArgs {
     /// An execution's memory limit unless its request asks otherwise [default: 64 MiB].
     #[arg(long, value_name = "BYTES")]
     memory_limit_bytes: Option<usize>,
+    #[command(flatten)]
+    budget: crate::BudgetArgs,
     /// The longest wall-clock limit a request may ask for [default: 900000].
     #[arg(long, value_name = "MS")]
     max_timeout_ms: Option<u64>,
@@ -172,6 +174,8 @@ impl ServeArgs {
         executor.max_stuck_engines = self.max_stuck_engines;
         config.limits.timeout_ms = self.timeout_ms;
         config.limits.memory_limit_bytes = self.memory_limit_bytes;
+        config.limits.cpu_time_limit_ms = self.budget.cpu_time_limit_ms;
+        config.limits.max_calls = self.budget.max_calls;
         config.ceilings.timeout_ms = self.max_timeout_ms;
         config.ceilings.memory_limit_bytes = self.max_memory_limit_bytes;
         let connections = &mut config.connections;

@@ -213,7 +213,11 @@ impl ProcessPool {
             Ok(Ok(outcome)) => {
                 let spent = matches!(
                     outcome.kind(),
-                    OutcomeKind::Timeout | OutcomeKind::Internal | OutcomeKind::Lost | OutcomeKind::Cancelled
+                    OutcomeKind::Timeout
+                        | OutcomeKind::CpuTime
+                        | OutcomeKind::Internal
+                        | OutcomeKind::Lost
+                        | OutcomeKind::Cancelled
                 );
                 if spent || shared.confinement.confines() {
                     // A stopped run's engine may still be inside a native call: killed at

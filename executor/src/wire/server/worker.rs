@@ -88,6 +88,13 @@ pub enum WorkerError {
 /// requests always say; [`ExecutorConfig::web_assembly`]); `Err` when confinement required could not be set up (the host sees the
 /// worker end before its hello, and the reason on its stderr).
 pub fn serve_stdio(engine: EngineKind, web_assembly: bool) -> Result<(), WorkerError> {
+    serve_stdio_with(ExecutorConfig::default().engine(engine).web_assembly(web_assembly))
+}
+
+/// [`serve_stdio`] with an executor configured by `config` (its engine, WebAssembly and
+/// default limits, `codemode stdio --cpu-time-limit-ms` say); the worker keeps one warm
+/// engine whatever `config.workers` says, and takes the answer spin from its host.
+pub fn serve_stdio_with(config: ExecutorConfig) -> Result<(), WorkerError> {
     let level = confine::requested_level();
     let data_limit = std::env::var(confine::DATA_LIMIT_VAR)
         .ok()
@@ -105,7 +112,7 @@ pub fn serve_stdio(engine: EngineKind, web_assembly: bool) -> Result<(), WorkerE
     let served = runtime.spawn(async move {
         // One warm engine: the host gives a worker one execution at a time (a confined
         // worker only one), and each warm engine is a booted prelude made at start.
-        let mut config = ExecutorConfig::default().engine(engine).workers(1).web_assembly(web_assembly);
+        let mut config = config.workers(1);
         if let Some(micros) = std::env::var(ANSWER_SPIN_VAR).ok().and_then(|v| v.parse().ok()) {
             config.answer_spin = std::time::Duration::from_micros(micros);
         }
