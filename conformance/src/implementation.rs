@@ -174,9 +174,11 @@ impl Implementation for Subprocess {
                 line.push('\n');
                 line
             };
+            // Version 1's behaviour, which every version keeps, unless the request needs a
+            // later version's fields (a v2 transcript's limits: version 5).
+            let version = request.least_version();
             stdin
-                // The transcripts are version 1's behaviour, which every version keeps.
-                .write_all(send(ClientMessage::Hello(Hello::version(1))).as_bytes())
+                .write_all(send(ClientMessage::Hello(Hello::version(version))).as_bytes())
                 .await
                 .map_err(|e| e.to_string())?;
             let retain = request.retain_handles;

@@ -20,7 +20,8 @@ pub struct Failure {
 
 /// Plays the host: the n-th call must be the n-th exchange's call, to the byte.
 struct Player {
-    exchanges: Vec<(ToolCall, String)>,
+    /// Each call expected, the answer, and how long the host takes to give it.
+    exchanges: Vec<(ToolCall, String, Duration)>,
     arrived: Mutex<Vec<ToolCall>>,
 }
 
@@ -29,11 +30,17 @@ impl codemode_protocol::Dispatch for Player {
         let mut arrived = self.arrived.lock().unwrap_or_else(|p| p.into_inner());
         let index = arrived.len();
         arrived.push(call.clone());
-        let answer = match self.exchanges.get(index) {
-            Some((expected, answer)) if *expected == call => answer.clone(),
-            _ => error_envelope("The conformance runner did not expect this call."),
+        let (answer, after) = match self.exchanges.get(index) {
+            Some((expected, answer, after)) if *expected == call => (answer.clone(), *after),
+            _ => (error_envelope("The conformance runner did not expect this call."), Duration::ZERO),
         };
-        Box::pin(std::future::ready(answer))
+        if after.is_zero() {
+            return Box::pin(std::future::ready(answer));
+        }
+        Box::pin(async move {
+            tokio::time::sleep(after).await;
+            answer
+        })
     }
 }
 
@@ -52,7 +59,11 @@ fn tail(text: &str, at: usize) -> String {
 
 /// Run one transcript against `implementation`.
 pub async fn run_case(implementation: &dyn Implementation, transcript: &Transcript) -> Result<(), Failure> {
-    let exchanges = transcript.exchanges.iter().map(|e| (e.call.clone(), e.answer.clone())).collect();
+    let exchanges = transcript
+        .exchanges
+        .iter()
+        .map(|e| (e.call.clone(), e.answer.clone(), Duration::from_millis(e.after_ms.unwrap_or(0))))
+        .collect();
     let player = Arc::new(Player { exchanges, arrived: Mutex::new(Vec::new()) });
     let outcome = implementation
         .run(transcript.request.clone(), player.clone())

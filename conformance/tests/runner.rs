@@ -47,6 +47,44 @@ fn the_committed_schema_matches_the_transcript_format() {
 }
 
 #[test]
+fn the_committed_v2_schema_matches_the_transcript_format() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/transcript-v2.schema.json");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == codemode_conformance::transcript::schema_v2(),
+        "{path} is missing or out of date. Regenerate it with `cargo xtask schema` and commit it."
+    );
+}
+
+/// A v1 file (no `format`) using a field of format v2 is refused with the field named
+/// and what to write; the same request loads as v2; an unknown format is refused.
+#[test]
+fn format_v2_fields_need_format_2() {
+    for (field, named) in [(r#""cpuTimeLimitMs":300"#, "cpuTimeLimitMs"), (r#""maxCalls":10"#, "maxCalls")] {
+        assert_eq!(
+            refusal_of("v2-field", field),
+            format!(
+                "does not match transcript format v1: unknown field `{named}` (format v2: add \"format\": 2)"
+            )
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("codemode-v2-transcript-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = |format: u32| {
+        format!(
+            r#"{{"format":{format},"name":"x","section":"y","request":{{"code":"1","cpuTimeLimitMs":300}},"outcome":{{"error":"e","kind":"cpuTime","logs":[]}}}}"#
+        )
+    };
+    std::fs::write(dir.join("v2.json"), case(2)).unwrap();
+    let loaded = load_dir(&dir).unwrap();
+    assert_eq!(loaded[0].1.request.cpu_time_limit_ms, Some(300));
+    std::fs::write(dir.join("v3.json"), case(3)).unwrap();
+    let error = load_dir(&dir).unwrap_err();
+    assert_eq!(error.message, "is in transcript format 3; this runner reads formats 1 and 2");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn a_transcript_that_does_not_match_the_format_names_its_file_and_field() {
     let dir = std::env::temp_dir().join(format!("codemode-bad-transcript-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -58,7 +96,7 @@ fn a_transcript_that_does_not_match_the_format_names_its_file_and_field() {
     let error = load_dir(&dir).unwrap_err();
     assert_eq!(error.path, dir.join("bad.json"));
     assert!(
-        error.message.starts_with("does not match transcript format v1: unknown field `exchange`"),
+        error.message.starts_with("does not match transcript format v1 or v2: unknown field `exchange`"),
         "{}",
         error.message
     );

@@ -139,6 +139,20 @@ impl ExecuteRequest {
             max_calls: None,
         }
     }
+
+    /// The oldest protocol version that carries every field this request sets: a peer
+    /// below it refuses the request (version 1 for a request of version 1's fields only).
+    pub fn least_version(&self) -> u32 {
+        if self.cpu_time_limit_ms.is_some() || self.max_calls.is_some() {
+            CPU_AND_CALL_LIMITS_VERSION
+        } else if self.web_assembly {
+            4
+        } else if self.events {
+            3
+        } else {
+            OLDEST_PROTOCOL_VERSION
+        }
+    }
 }
 
 /// How a run ended: what an outcome's `kind` says, so that a program's own text can

@@ -10,7 +10,7 @@ const USAGE: &str = "usage: cargo xtask <ci | schema [--check] | quickjs-patches
                   check, the QuickJS patch series check, the Kubernetes manifests, the conformance suite
                   against the Node peer, the mcp feature's tests, each feature combination that matters,
                   cargo package, the minimum Rust version
-  schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json,
+  schema          write the generated files: protocol/schema/*.json, conformance/transcript.schema.json, transcript-v2.schema.json,
                   conformance/peers/node/codec.generated.js
   schema --check  fail when protocol/schema/ differs from the wire types
   quickjs-patches [--check]
@@ -372,6 +372,10 @@ fn schema(check: bool) -> Result<(), String> {
     schemas.push((
         root().join("conformance/transcript.schema.json"),
         codemode_conformance::transcript::schema(),
+    ));
+    schemas.push((
+        root().join("conformance/transcript-v2.schema.json"),
+        codemode_conformance::transcript::schema_v2(),
     ));
     schemas
         .push((root().join("conformance/peers/node/codec.generated.js"), codemode_conformance::peer_codec()));

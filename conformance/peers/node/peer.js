@@ -18,6 +18,8 @@ const TEXTS = {
   toolNotFound: (tool) => `Tool "${tool}" not found`,
   payload: (size, limit) => `Tool call payload is ${size} bytes, over the limit of ${limit} bytes (provider, tool and arguments together). Send less per call.`,
   timeout: (ms) => `Execution timed out after ${ms} ms.`,
+  cpuTime: (ms) => `Execution used its CPU time limit of ${ms} ms.`,
+  callLimit: (n) => `Execution reached its limit of ${n} calls (tool calls and fetches together); the call over it was not sent.`,
   networkClosed: 'Network access is closed for this execution: fetch is refused. Reach data through the declared providers.',
   unprintable: 'The program threw a value that cannot be converted to a string.',
   reserved: (n) => `Provider name "${n}" is reserved. Give the provider a name the entry scope does not bind.`,
@@ -113,6 +115,8 @@ function execute(execution, request) {
   }
   let over = false;
   let nextCall = 1;
+  // Calls that left, for maxCalls (version 5); the one over it ends the run here.
+  let left = 0;
   const timers = new Set();
   const maxPayload = request.maxPayloadBytes ?? 8 << 20;
   // WebAssembly is absent unless a run asks for it (this peer never offers it).
@@ -132,6 +136,11 @@ function execute(execution, request) {
       return inside('Promise').reject(refusal);
     }
     if (!request.dispatch) return inside('Promise').resolve(JSON.stringify({ error: TEXTS.toolNotFound(tool) }));
+    if (request.maxCalls !== undefined && left >= request.maxCalls) {
+      settle(failed('callLimit', TEXTS.callLimit(request.maxCalls), logs.slice()));
+      return new (inside('Promise'))(() => {});
+    }
+    left++;
     const call = nextCall++;
     return new (inside('Promise'))((resolve) => {
       waiting.set(`${execution}:${call}`, resolve);
@@ -141,7 +150,7 @@ function execute(execution, request) {
   context.__bytesToBase64 = (view) => Buffer.from(view.buffer, view.byteOffset, view.byteLength).toString('base64');
   context.__base64ToBytes = inside('(decode) => (text) => { const b = decode(text); if (b === undefined) return undefined; const copy = new ArrayBuffer(b.length); new Uint8Array(copy).set(b); return copy; }')(
     (text) => (/^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/.test(text) ? Buffer.from(text, 'base64') : undefined));
-  const log = (prefix) => (...args) => logs.push(prefix + args.map(format).join(' '));
+  const log = (prefix) => (...args) => { if (!over) logs.push(prefix + args.map(format).join(' ')); };
   context.console = { log: log(''), info: log(''), debug: log(''), warn: log('[warn] '), error: log('[error] ') };
   const timer = (repeat) => (callback, ms, ...args) => {
     const handle = (repeat ? setInterval : setTimeout)(() => { if (!repeat) timers.delete(handle); callback(...args); }, ms);
@@ -156,8 +165,10 @@ function execute(execution, request) {
   const dispose = () => { over = true; for (const t of timers) clearTimeout(t); timers.clear(); live.delete(execution); };
   live.set(execution, { dispose });
   const timeoutMs = request.timeoutMs ?? 30000;
+  let settled = false;
   const settle = (outcome) => {
-    over = true;
+    if (settled) return;
+    settled = over = true;
     if (!request.retainHandles) dispose();
     send({ type: 'outcome', execution, outcome });
   };
@@ -167,9 +178,16 @@ function execute(execution, request) {
   } catch (failure) {
     return settle(failed('syntax', thrownText(failure), logs));
   }
+  // The program's synchronous start runs under cpuTimeLimitMs (version 5) as node:vm's
+  // timeout, wall time standing in for CPU time: this peer bounds nothing after an await.
+  const cpuMs = request.cpuTimeLimitMs;
   try {
-    [run, stringify] = scope.apply(undefined, inside(CODEC));
+    const codec = inside(CODEC);
+    context[START] = () => scope.apply(undefined, codec);
+    [run, stringify] = vm.runInContext(`(() => { const start = globalThis[${JSON.stringify(START)}]; delete globalThis[${JSON.stringify(START)}]; return start(); })()`,
+      context, cpuMs === undefined ? {} : { timeout: cpuMs });
   } catch (failure) {
+    if (failure?.code === 'ERR_SCRIPT_EXECUTION_TIMEOUT') return settle(failed('cpuTime', TEXTS.cpuTime(cpuMs), logs));
     return settle(failed('thrown', thrownText(failure), logs));
   }
   let deadline;
@@ -185,6 +203,7 @@ function execute(execution, request) {
   );
 }
 const TIMED_OUT = Symbol('timed out');
+const START = '__codemodePeerStart';
 
 // A program's floating rejection (a late call meeting the completion text, say) is the
 // program's business; it must not end this process.
@@ -199,12 +218,13 @@ lines.on('line', (line) => {
     process.exit(1);
   }
   if (!greeted) {
-    if (message.type !== 'hello' || message.protocol !== 'codemode' || message.version !== 1) {
-      send({ type: 'error', kind: 'hello', message: 'the first message must be a hello for codemode version 1' });
+    // Versions 1 to 5, of which it speaks what transcripts need: version 5's limits.
+    if (message.type !== 'hello' || message.protocol !== 'codemode' || !(message.version >= 1)) {
+      send({ type: 'error', kind: 'hello', message: 'the first message must be a hello for codemode version 1 or newer' });
       process.exit(1);
     }
     greeted = true;
-    return send({ type: 'hello', protocol: 'codemode', version: 1 });
+    return send({ type: 'hello', protocol: 'codemode', version: Math.min(message.version, 5) });
   }
   if (message.type === 'execute') execute(message.execution, message.request);
   else if (message.type === 'answer') {

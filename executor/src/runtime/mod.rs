@@ -258,7 +258,9 @@ impl State {
     /// Keep a log line, or stop logs with the marker line once past the bound. Only a
     /// kept line is watched, so the log bound bounds the watcher's lines too.
     fn log(&mut self, line: Option<String>, level: LogLevel) -> bool {
-        if self.logs_stopped {
+        // A stopped run writes nothing more: what an engine runs before it notices its stop
+        // differs by engine, and the outcome must not.
+        if self.logs_stopped || self.control.stopped() {
             return false;
         }
         let limit = self.limits.max_log_bytes;
