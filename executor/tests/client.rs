@@ -100,3 +100,25 @@ async fn a_fetch_for_a_run_without_an_outbound_handler_is_refused_alike_by_a_dae
     let isolated = ProcessExecutor::new(config, node);
     assert_eq!(answered(&isolated).await, expected, "from a worker process");
 }
+
+/// A daemon speaking version 3 knows no CPU or call budget: the client refuses the run
+/// with the limit named, rather than send a field the daemon would refuse (or drop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_a_daemon_of_an_older_version_does_not_know_is_refused_before_it_is_sent() {
+    let remote = RemoteExecutor::connect(&fake_daemon(), None).await.unwrap();
+    let cpu = Request::new("async () => 1").cpu_time_limit(std::time::Duration::from_millis(300));
+    assert_eq!(
+        remote.execute(cpu).await.to_json_string(),
+        r#"{"error":"The daemon speaks codemode version 3, and cpuTimeLimitMs needs version 5 or newer. Upgrade the daemon, or run without cpuTimeLimitMs.","kind":"invalid","logs":[]}"#
+    );
+    let calls = remote.execute(Request::new("async () => 1").max_calls(10)).await;
+    assert_eq!(
+        calls.error_text(),
+        Some(
+            "The daemon speaks codemode version 3, and maxCalls needs version 5 or newer. Upgrade the daemon, or run without maxCalls."
+        )
+    );
+    // Without a budget the same daemon runs it (its fake answer is the fetch refusal).
+    let expected = serde_json::json!({ "result": closed_network_answer(), "logs": [] }).to_string();
+    assert_eq!(answered(&remote).await, expected);
+}

@@ -1,8 +1,8 @@
 //! Wire types: exact JSON both ways.
 
 use codemode_protocol::wire::{
-    ClientMessage, Hello, LOST_AND_CANCELLED_VERSION, LogLevel, OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION,
-    RefusalReason, ServerMessage, negotiate,
+    CPU_AND_CALL_LIMITS_VERSION, ClientMessage, Hello, LOST_AND_CANCELLED_VERSION, LogLevel,
+    OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION, RefusalReason, ServerMessage, negotiate,
 };
 use codemode_protocol::{
     Binary, ExecuteRequest, Location, Outcome, OutcomeKind, ProviderDescriptor, ToolCall, Value, texts,
@@ -125,6 +125,8 @@ fn every_kind_has_its_wire_name() {
         "internal",
         "lost",
         "cancelled",
+        "cpuTime",
+        "callLimit",
     ];
     assert_eq!(OutcomeKind::ALL.len(), names.len());
     for (&kind, name) in OutcomeKind::ALL.iter().zip(names) {
@@ -187,7 +189,7 @@ fn an_outcome_that_breaks_the_rules_is_refused() {
     );
     assert_eq!(
         refusal(r#"{"error":"boom","kind":"late","logs":[]}"#),
-        "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost`, `cancelled` at line 1 column 29"
+        "unknown variant `late`, expected one of `returned`, `thrown`, `timeout`, `memory`, `payload`, `resultTooLarge`, `syntax`, `invalid`, `internal`, `lost`, `cancelled`, `cpuTime`, `callLimit` at line 1 column 29"
     );
     assert_eq!(refusal(r#"{"result":1}"#), "missing field `logs` at line 1 column 12");
     assert_eq!(
@@ -226,12 +228,13 @@ fn a_deep_result_crosses_the_wire() {
 
 #[test]
 fn a_connection_speaks_the_newest_version_both_sides_speak() {
-    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 4));
+    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 5));
     assert_eq!(negotiate(1), Some(1));
     assert_eq!(negotiate(2), Some(2));
     assert_eq!(negotiate(3), Some(3));
     assert_eq!(negotiate(4), Some(4));
-    assert_eq!(negotiate(7), Some(4), "a newer client is answered with this side's newest");
+    assert_eq!(negotiate(5), Some(5));
+    assert_eq!(negotiate(7), Some(5), "a newer client is answered with this side's newest");
     assert_eq!(negotiate(0), None);
 }
 
@@ -243,7 +246,7 @@ fn messages() {
     );
     test_serialization(
         &ClientMessage::Hello(Hello::current()),
-        r#"{"type":"hello","protocol":"codemode","version":4}"#,
+        r#"{"type":"hello","protocol":"codemode","version":5}"#,
     );
     test_serialization(
         &ServerMessage::Log { execution: 1, level: LogLevel::Warn, line: "[warn] low".into() },
@@ -350,8 +353,47 @@ fn lost_and_cancelled_are_internal_below_version_4() {
     assert_eq!(lost.clone().for_version(4).kind(), OutcomeKind::Lost);
     assert_eq!(cancelled.clone().for_version(4).kind(), OutcomeKind::Cancelled);
     for &kind in OutcomeKind::ALL {
-        if !matches!(kind, OutcomeKind::Lost | OutcomeKind::Cancelled) {
+        if !matches!(
+            kind,
+            OutcomeKind::Lost | OutcomeKind::Cancelled | OutcomeKind::CpuTime | OutcomeKind::CallLimit
+        ) {
             assert_eq!(kind.for_version(1), kind, "{kind}");
         }
     }
+}
+
+/// Version 5's kinds: `cpuTime` reads as `timeout` and `callLimit` as `internal` below it.
+#[test]
+fn cpu_time_and_call_limit_are_version_5_kinds() {
+    let cpu = Outcome::failure(OutcomeKind::CpuTime, texts::CPU_TIME_LIMIT.fill(&["300"]), vec![]);
+    let calls = Outcome::failure(OutcomeKind::CallLimit, texts::CALL_LIMIT.fill(&["10"]), vec![]);
+    assert_eq!(
+        serde_json::to_string(&cpu).unwrap(),
+        r#"{"error":"Execution used its CPU time limit of 300 ms.","kind":"cpuTime","logs":[]}"#
+    );
+    assert_eq!(
+        serde_json::to_string(&calls).unwrap(),
+        r#"{"error":"Execution reached its limit of 10 calls (tool calls and fetches together); the call over it was not sent.","kind":"callLimit","logs":[]}"#
+    );
+    for version in 1..CPU_AND_CALL_LIMITS_VERSION {
+        assert_eq!(cpu.clone().for_version(version).kind(), OutcomeKind::Timeout);
+        assert_eq!(calls.clone().for_version(version).kind(), OutcomeKind::Internal);
+    }
+    assert_eq!(cpu.for_version(5).kind(), OutcomeKind::CpuTime);
+    assert_eq!(calls.for_version(5).kind(), OutcomeKind::CallLimit);
+}
+
+/// Version 5's request fields round-trip under their wire names, absent when unset, and
+/// a request says the oldest version that carries it.
+#[test]
+fn cpu_time_limit_and_max_calls_on_the_wire() {
+    let mut request = ExecuteRequest::new("async () => 1");
+    assert_eq!(request.least_version(), 1);
+    assert_eq!(serde_json::to_string(&request).unwrap(), r#"{"code":"async () => 1"}"#);
+    request.cpu_time_limit_ms = Some(300);
+    request.max_calls = Some(10);
+    let json = r#"{"code":"async () => 1","cpuTimeLimitMs":300,"maxCalls":10}"#;
+    assert_eq!(serde_json::to_string(&request).unwrap(), json);
+    assert_eq!(serde_json::from_str::<ExecuteRequest>(json).unwrap(), request);
+    assert_eq!(request.least_version(), 5);
 }
