@@ -226,7 +226,7 @@ async fn past_the_cap_the_cell_waited_on_least_recently_is_ended() {
     engines_go_down_to(&*executor, 0).await;
 }
 
-/// A thousand cells nobody waits on: the cap and the time to live end them all, the
+/// A thousand cells, each waited on until its program waits, then abandoned: the cap and the time to live end them all, the
 /// engines go, and the next execution runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_abandoned_cells_leave_nothing_behind() {
@@ -237,11 +237,13 @@ async fn a_thousand_abandoned_cells_leave_nothing_behind() {
     for n in 0..1000 {
         let code = if n % 2 == 0 { SLEEPS } else { "async () => await never.answers()" };
         let never = |_call: ToolCall| std::future::pending::<String>();
-        cells.start(
+        let cell = cells.start(
             Request::new(code).provider(ProviderDescriptor::new("never", ["answers"])).dispatch(never),
         );
         assert!(cells.live() <= 16);
-        tokio::task::yield_now().await;
+        // Each run reaches its engine and waits there before it is abandoned.
+        let waited = cell.wait_until(Duration::from_secs(20), Until::Frontier).await.unwrap();
+        assert!(matches!(waited, Waited::Running { .. }), "{waited:?}");
     }
     eprintln!("1000 cells started in {:?}", started.elapsed());
     while cells.live() > 0 {
