@@ -419,7 +419,7 @@ pub const CELL_YIELD_PARAMETER: &str = "Optional. Answer after this many millise
 pub const CELL_WAIT_TOOL_NAME: &str = "wait";
 
 /// The description of the tool `wait`.
-pub const CELL_WAIT_TOOL_DESCRIPTION: &str = "Wait on a program that `execute` left running (it answered {\"status\": \"running\", \"cell\": ID}). Answers the log lines written since the last answer and, once the program ends, its outcome exactly as `execute` gives it; if it is still running after `yieldAfterMs` (default 10000), it answers {\"status\": \"running\"} again, and it also answers early when the program is only waiting on tool calls or timers.";
+pub const CELL_WAIT_TOOL_DESCRIPTION: &str = "Wait on a program that `execute` left running (it answered {\"status\": \"running\", \"cell\": ID}). Answers the log lines written since the last answer and, once the program ends, its outcome exactly as `execute` gives it; if it is still running after `yieldAfterMs` (default 10000), it answers {\"status\": \"running\"} again.";
 
 /// The name of the tool that ends a cell.
 pub const CELL_TERMINATE_TOOL_NAME: &str = "terminate";

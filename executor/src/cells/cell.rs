@@ -193,8 +193,14 @@ impl CellState {
     /// When nobody will have waited on it for `ttl`; `None` while a wait is in progress.
     fn expiry(&self, ttl: Duration) -> Option<Instant> {
         let progress = lock(&self.progress);
-        (progress.waiters == 0).then(|| progress.last_waited + ttl)
+        (progress.waiters == 0).then(|| later(progress.last_waited, ttl))
     }
+}
+
+/// `at` plus `duration`, at most thirty years on (a duration of any size is taken).
+fn later(at: Instant, duration: Duration) -> Instant {
+    const FAR: Duration = Duration::from_secs(30 * 365 * 24 * 3600);
+    at.checked_add(duration.min(FAR)).unwrap_or(at)
 }
 
 /// `outcome` with its first `delivered` log lines left out (handed out already).
@@ -256,7 +262,7 @@ impl Drop for SettleOnDrop {
 async fn run_until_end(state: &CellState, run: ExecuteFuture<'_>, ttl: Duration) -> Outcome {
     let mut run = std::pin::pin!(run);
     loop {
-        let expiry = state.expiry(ttl).unwrap_or_else(|| Instant::now() + ttl);
+        let expiry = state.expiry(ttl).unwrap_or_else(|| later(Instant::now(), ttl));
         tokio::select! {
             outcome = &mut run => return outcome,
             () = state.stop.notified() => {}
@@ -283,7 +289,7 @@ async fn keep_until_claimed(state: &CellState, ttl: Duration) {
                 return;
             }
         }
-        let expiry = state.expiry(ttl).unwrap_or_else(|| Instant::now() + ttl);
+        let expiry = state.expiry(ttl).unwrap_or_else(|| later(Instant::now(), ttl));
         tokio::select! {
             () = state.stop.notified() => {}
             () = tokio::time::sleep_until(expiry) => {
@@ -329,7 +335,7 @@ impl Cell {
 
     /// [`Cell::wait`], answering early as `until` says.
     pub async fn wait_until(&self, yield_after: Duration, until: Until) -> Result<Waited, CellError> {
-        let deadline = Instant::now() + yield_after;
+        let deadline = later(Instant::now(), yield_after);
         let started = self.begin_wait()?;
         let _waiting = Waiting(&self.state);
         loop {
