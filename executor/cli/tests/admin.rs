@@ -194,7 +194,7 @@ const FOUND: &str = r#"{"type":"outcome","execution":1,"outcome":{"result":"foun
 const DRAINING: &str = r#"{"type":"draining"}"#;
 
 /// Each metric with the type its `# TYPE` line must say.
-fn metric_types() -> [(&'static str, &'static str); 9] {
+fn metric_types() -> [(&'static str, &'static str); 10] {
     [
         (metrics::EXECUTIONS_TOTAL, "counter"),
         (metrics::EXECUTION_DURATION_SECONDS, "histogram"),
@@ -205,6 +205,7 @@ fn metric_types() -> [(&'static str, &'static str); 9] {
         (metrics::DRAINING, "gauge"),
         (metrics::BUILD_INFO, "gauge"),
         (metrics::STUCK_ENGINES, "gauge"),
+        (metrics::CELLS_REAPED_TOTAL, "counter"),
     ]
 }
 
