@@ -250,7 +250,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         assert!(scrape.body.lines().any(|l| l.starts_with(&format!("# HELP {name} "))), "{name}");
     }
     let typed: Vec<&str> = scrape.body.lines().filter(|l| l.starts_with("# TYPE ")).collect();
-    assert_eq!(typed.len(), 9, "{typed:?}");
+    assert_eq!(typed.len(), 10, "{typed:?}");
     for line in typed.iter().filter(|l| l.ends_with(" counter")) {
         assert!(line.trim_end_matches(" counter").ends_with("_total"), "{line}");
     }
@@ -261,6 +261,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         "codemode_connections_open 0",
         "codemode_draining 0",
         "codemode_stuck_engines 0",
+        r#"codemode_cells_reaped_total{reason="expired"} 0"#,
         r#"codemode_build_info{version="0.1.0",engine="quickjs"} 1"#,
         r#"codemode_execution_duration_seconds_bucket{engine="quickjs",le="300"} 0"#,
         r#"codemode_call_duration_seconds_bucket{le="0.0001"} 0"#,
