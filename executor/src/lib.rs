@@ -34,6 +34,8 @@
 
 // The host API: the types a host names, and `Execute`, the contract every executor keeps.
 mod api;
+// Runs a caller resumes, over any `Execute`.
+pub mod cells;
 // The core: the in-process executor, over the runtime and its engines.
 mod budget;
 mod engine;

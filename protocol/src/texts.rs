@@ -398,3 +398,61 @@ pub const REQUEST_TOO_LARGE: Template = Template(
 /// the run did not start.
 pub const DAEMON_UNREACHABLE: Template =
     Template("The daemon cannot be reached ({problem}). The execution did not run; run it again.");
+
+// ---- Cells: runs a model resumes ----
+
+/// A cell id no live cell has (the Display of `CellError::Unknown`; through MCP, a `wait`
+/// or `terminate` answered with kind `invalid`): its outcome was handed out already, it
+/// was ended, it belongs to another session, or it never existed.
+pub const CELL_UNKNOWN: Template = Template(
+    "No running cell has the id \"{cell}\": its outcome was already handed out, it was ended (terminated, or not waited on in time), or it never existed. Start a new execution.",
+);
+
+/// A cell nobody waited on for its time to live, ended (kind `cancelled`).
+pub const CELL_EXPIRED: Template = Template(
+    "The run was ended because nobody waited on it for {ms} ms (the time to live of a run that yielded).",
+);
+
+/// A cell ended to make room for a newer one past the cap on live cells (kind `cancelled`).
+pub const CELL_EVICTED: Template = Template(
+    "The run was ended to make room for a newer one: at most {limit} runs that yield are kept at once, and this one was waited on least recently.",
+);
+
+/// The text a model reads when a run yielded before it settled: call `wait` for more.
+pub const CELL_RUNNING: Template = Template(
+    "The program is still running (cell \"{cell}\"); the log lines it wrote since the last answer follow, if any. Call the tool `wait` with this cell for the next logs and, once it ends, its outcome; or `terminate` to end it.",
+);
+
+/// How the code tool's description tells the model to use `yieldAfterMs`, `wait` and `terminate`.
+pub const CELL_CODE_TOOL_PARAGRAPH: &str = "A long program can hand control back before it ends: give `yieldAfterMs`, and a run still going after that many milliseconds answers {\"status\": \"running\", \"cell\": ID, \"logs\": [...]} instead of its outcome. Call `wait` with {\"cell\": ID} to get the logs written since and, once the program ends, its outcome exactly as this tool gives it; call `terminate` with {\"cell\": ID} to end it. A run nobody waits on for a while is ended.";
+
+/// The description of the code tool's `yieldAfterMs` parameter.
+pub const CELL_YIELD_PARAMETER: &str = "Optional. Answer after this many milliseconds even if the program is still running (then call `wait` with the cell it names). Without it, the call answers when the program ends.";
+
+/// The name of the tool that waits on a cell.
+pub const CELL_WAIT_TOOL_NAME: &str = "wait";
+
+/// The description of the tool `wait`.
+pub const CELL_WAIT_TOOL_DESCRIPTION: &str = "Wait on a program that `execute` left running (it answered {\"status\": \"running\", \"cell\": ID}). Answers the log lines written since the last answer and, once the program ends, its outcome exactly as `execute` gives it; if it is still running after `yieldAfterMs` (default 10000), it answers {\"status\": \"running\"} again.";
+
+/// The name of the tool that ends a cell.
+pub const CELL_TERMINATE_TOOL_NAME: &str = "terminate";
+
+/// The description of the tool `terminate`.
+pub const CELL_TERMINATE_TOOL_DESCRIPTION: &str = "End a program that `execute` left running (it answered {\"status\": \"running\", \"cell\": ID}). Answers its outcome: cancelled, with the log lines not yet handed out.";
+
+/// The description of the `cell` parameter of `wait` and `terminate`.
+pub const CELL_PARAMETER: &str = "The cell `execute` named when it answered {\"status\": \"running\"}.";
+
+/// A `yieldAfterMs` that is not a non-negative integer (kind `invalid`).
+pub const CELL_YIELD_NOT_MILLISECONDS: Template = Template(
+    "The argument `yieldAfterMs` of the tool `{tool}` must be a non-negative integer number of milliseconds, not {found}.",
+);
+
+/// A `cell` argument that is missing or not a string (kind `invalid`).
+pub const CELL_ARGUMENT_MISSING: Template = Template(
+    "The tool `{tool}` needs the argument `cell`, a string: the cell `execute` named when it answered that the program is still running.",
+);
+
+/// A cell started outside a Tokio runtime (kind `invalid`): its run is a task on the runtime.
+pub const CELL_NO_RUNTIME: &str = "A cell must start inside a Tokio runtime: its run is a task on it. Start it from within #[tokio::main] or Runtime::block_on.";

@@ -5,8 +5,8 @@
 //! depends on nothing but `engine/`, the budget and `sync`; the runtime names no engine binding,
 //! only the `Engine` trait's module; the core (`in_process/`, `runtime/`, `engine/`, the
 //! budget) knows no other executor and no service; the host API (`api/`) depends on no
-//! executor; the wire's client and server never depend on each other; only `confine/`
-//! names the confinement crates.
+//! executor; the wire's client and server never depend on each other; cells depend only on
+//! the host API (so they work over every executor); only `confine/` names the confinement crates.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -327,4 +327,22 @@ fn the_host_api_depends_on_no_executor() {
         [&["in_process"], &["process"], &["remote"], &["wire"], &["service"], &["mcp"]];
     let strays = edges_between(&["api"], &executors);
     assert!(strays.is_empty(), "the host API depends on an executor: {strays:?}");
+}
+
+#[test]
+fn cells_depend_only_on_the_host_api() {
+    let graph = graph();
+    let mut strays = Vec::new();
+    for (module, edges) in &graph {
+        if !within(module, &["cells"]) {
+            continue;
+        }
+        for edge in edges {
+            if !within(edge, &["cells"]) && !within(edge, &["api"]) && !within(edge, &["sync"]) {
+                strays.push(format!("{} -> {}", module.join("::"), edge.join("::")));
+            }
+        }
+    }
+    assert!(strays.is_empty(), "cells depend on more than the host API (and sync): {strays:?}");
+    assert!(graph.contains_key(&vec!["cells".to_owned()]), "the cells module is where this test looks");
 }

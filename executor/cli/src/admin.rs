@@ -72,6 +72,13 @@ pub(crate) fn install_exporter(engine: &'static str) -> Result<PrometheusHandle,
         names::STUCK_ENGINES,
         "Engines stopped (deadline, cancel, memory) and still running 50 ms later, each holding a thread until it returns; in-process only."
     );
+    metrics::describe_counter!(
+        names::CELLS_REAPED_TOTAL,
+        "Runs that yielded (cells) ended before their outcome was handed out, by reason: expired (nobody waited for the time to live), evicted (past the cap on cells), unclaimed (finished, outcome never taken)."
+    );
+    for reason in ["expired", "evicted", "unclaimed"] {
+        metrics::counter!(names::CELLS_REAPED_TOTAL, "reason" => reason).absolute(0);
+    }
     let outcomes = OutcomeKind::ALL.iter().map(|kind| kind.as_str()).chain(["refused", "shutdown"]);
     for outcome in outcomes {
         metrics::counter!(names::EXECUTIONS_TOTAL, "outcome" => outcome).absolute(0);

@@ -6,6 +6,7 @@ use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_executor::cells::{DEFAULT_CELL_TIME_TO_LIVE, DEFAULT_MAX_LIVE_CELLS};
 use codemode_executor::mcp::serve::{CodeModeServer, DEFAULT_MAX_EXECUTIONS, HTTP_PATH, ServeLimits};
 use codemode_executor::mcp::upstream;
 use codemode_executor::{
@@ -50,6 +51,14 @@ pub(crate) struct McpArgs {
     /// result saying so), not queued.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXECUTIONS)]
     max_executions: usize,
+    /// A run that yielded (`execute` with yieldAfterMs) and that nobody waits on for this
+    /// many seconds is ended; a finished one's outcome is dropped.
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_CELL_TIME_TO_LIVE.as_secs())]
+    cell_ttl_secs: u64,
+    /// Runs that yielded kept at once, over every client; one more ends the one waited on
+    /// least recently.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_LIVE_CELLS)]
+    max_cells: usize,
     #[command(flatten)]
     engine: EngineArg,
     /// in-process, or process: each execution in a `codemode stdio` worker process killed
@@ -64,9 +73,10 @@ pub(crate) struct McpArgs {
 }
 
 const AFTER_HELP: &str = "\
-The server offers one tool, `execute`, whose description declares every provider; each
-call runs its program in a fresh engine. Over stdio, stdout carries the protocol and
-notes go to stderr.
+The server offers the tool `execute`, whose description declares every provider; each
+call runs its program in a fresh engine. Given yieldAfterMs, a run still going after that
+long answers that it is running, and the tools `wait` and `terminate` go on with it.
+Over stdio, stdout carries the protocol and notes go to stderr.
 
 Examples:
   codemode mcp --db shop.sql
@@ -177,7 +187,9 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
     let limits = ServeLimits::default()
         .timeout(args.timeout_ms.map(Duration::from_millis))
         .memory_limit_bytes(args.memory_limit_bytes)
-        .max_executions(args.max_executions);
+        .max_executions(args.max_executions)
+        .cell_time_to_live(Duration::from_secs(args.cell_ttl_secs))
+        .max_cells(args.max_cells);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => return crate::usage_error(format!("cannot start the async runtime: {e}")),

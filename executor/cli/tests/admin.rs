@@ -194,7 +194,7 @@ const FOUND: &str = r#"{"type":"outcome","execution":1,"outcome":{"result":"foun
 const DRAINING: &str = r#"{"type":"draining"}"#;
 
 /// Each metric with the type its `# TYPE` line must say.
-fn metric_types() -> [(&'static str, &'static str); 9] {
+fn metric_types() -> [(&'static str, &'static str); 10] {
     [
         (metrics::EXECUTIONS_TOTAL, "counter"),
         (metrics::EXECUTION_DURATION_SECONDS, "histogram"),
@@ -205,6 +205,7 @@ fn metric_types() -> [(&'static str, &'static str); 9] {
         (metrics::DRAINING, "gauge"),
         (metrics::BUILD_INFO, "gauge"),
         (metrics::STUCK_ENGINES, "gauge"),
+        (metrics::CELLS_REAPED_TOTAL, "counter"),
     ]
 }
 
@@ -249,7 +250,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         assert!(scrape.body.lines().any(|l| l.starts_with(&format!("# HELP {name} "))), "{name}");
     }
     let typed: Vec<&str> = scrape.body.lines().filter(|l| l.starts_with("# TYPE ")).collect();
-    assert_eq!(typed.len(), 9, "{typed:?}");
+    assert_eq!(typed.len(), 10, "{typed:?}");
     for line in typed.iter().filter(|l| l.ends_with(" counter")) {
         assert!(line.trim_end_matches(" counter").ends_with("_total"), "{line}");
     }
@@ -260,6 +261,7 @@ fn the_admin_port_answers_probes_and_metrics_and_nothing_else() {
         "codemode_connections_open 0",
         "codemode_draining 0",
         "codemode_stuck_engines 0",
+        r#"codemode_cells_reaped_total{reason="expired"} 0"#,
         r#"codemode_build_info{version="0.1.0",engine="quickjs"} 1"#,
         r#"codemode_execution_duration_seconds_bucket{engine="quickjs",le="300"} 0"#,
         r#"codemode_call_duration_seconds_bucket{le="0.0001"} 0"#,

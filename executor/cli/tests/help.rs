@@ -204,6 +204,10 @@ fn mcp_help_has_the_exit_codes_and_examples() {
   2  bad usage, or a provider that cannot start: stderr says what to fix
 "
     ));
+    // The bounds on runs that yielded, with their defaults.
+    for flag in ["--cell-ttl-secs <SECS>", "[default: 600]", "--max-cells <N>", "[default: 64]"] {
+        assert!(stdout.contains(flag), "{flag} in {stdout}");
+    }
     assert_eq!(
         codemode(&["mcp", "--version"]),
         (0, format!("codemode-mcp {}\n", env!("CARGO_PKG_VERSION")), String::new())

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use codemode_protocol::texts;
 use serde_json::{Value as Json, json};
 
 fn manifest() -> &'static Path {
@@ -67,6 +68,14 @@ fn code_tool(args: &[&str]) -> Json {
     let output =
         Command::new(codemode()).arg("declarations").args(args).args(["--format", "code-tool"]).output();
     serde_json::from_slice(&output.unwrap().stdout).unwrap()
+}
+
+/// The tools the server lists around `code_tool`: it taking `yieldAfterMs`, then `wait`
+/// and `terminate`.
+fn served(code_tool: Json) -> Json {
+    use codemode_protocol::tools::{CodeTool, terminate_tool, wait_tool};
+    let code_tool: CodeTool = serde_json::from_value(code_tool).unwrap();
+    json!({ "tools": [code_tool.with_yield(), wait_tool(), terminate_tool()] })
 }
 
 /// A returned outcome as the server answers it.
@@ -136,8 +145,14 @@ fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
     let (lines, stderr) =
         client(&steps, &["stdio", codemode(), "mcp", "--db", &shop(), "--timeout-ms", "300"]);
 
-    // Exactly one tool: the code tool, its description declaring the provider `db`.
-    assert_eq!(lines[0], json!({ "tools": [code_tool(&["--db"])] }));
+    // The code tool, its description declaring the provider `db` and how to go on with a
+    // run that yields, then `wait` and `terminate`.
+    assert_eq!(lines[0], served(code_tool(&["--db"])));
+    let execute = &lines[0]["tools"][0];
+    assert!(
+        execute["description"].as_str().unwrap().contains(codemode_protocol::texts::CELL_CODE_TOOL_PARAGRAPH)
+    );
+    assert_eq!(execute["inputSchema"]["properties"]["yieldAfterMs"]["type"], "integer");
     assert!(lines[0]["tools"][0]["description"].as_str().unwrap().contains("declare const db: {"));
 
     assert_eq!(
@@ -197,8 +212,8 @@ fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
         lines[10],
         failed(
             "invalid",
-            "The tool `execute` takes one argument, `code`; `language` is not one of its arguments. \
-             Send {\"code\": \"async () => { ... }\"}.",
+            "The tool `execute` takes the argument `code` (and, optionally, `yieldAfterMs`); `language` is \
+             not one of its arguments. Send {\"code\": \"async () => { ... }\"}.",
             &[]
         )
     );
@@ -207,7 +222,7 @@ fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
         lines[11],
         json!({"error": {
             "code": -32602,
-            "message": "MCP error -32602: Unknown tool: \"query\". This server has one tool, `execute`."
+            "message": "MCP error -32602: Unknown tool: \"query\". This server's tools are `execute`, `wait` and `terminate`."
         }})
     );
     assert!(stderr.contains("codemode mcp: providers: db"), "{stderr}");
@@ -218,7 +233,7 @@ fn over_stdio_a_client_lists_one_tool_and_runs_programs_against_the_database() {
 fn with_no_providers_it_still_serves_programs_that_compute_and_says_so() {
     let (lines, stderr) = client(&[list(), call("async () => 6 * 7")], &["stdio", codemode(), "mcp"]);
     let none = codemode_protocol::ToolTable::new(Vec::new()).unwrap().code_tool();
-    assert_eq!(lines[0], json!({ "tools": [none] }));
+    assert_eq!(lines[0], served(serde_json::to_value(none).unwrap()));
     assert_eq!(lines[1], returned(json!(42), "42", &[]));
     assert!(stderr.contains("codemode mcp: note: no providers (give --db, --spec or --server)"), "{stderr}");
 }
@@ -306,7 +321,7 @@ fn over_http_each_session_runs_its_own_executions() {
     let look = "async () => typeof globalThis.left";
     let (first, _) =
         client(&[list(), call(CUSTOMERS), call(leave), call(look), call(SPINS)], &["http", &server.url]);
-    assert_eq!(first[0], json!({ "tools": [code_tool(&["--db"])] }));
+    assert_eq!(first[0], served(code_tool(&["--db"])));
     assert_eq!(
         first[1],
         returned(
@@ -353,7 +368,7 @@ fn an_upstream_servers_tools_are_a_provider_beside_the_database() {
         &["stdio", codemode(), "mcp", "--db", &shop(), "--server", &everything()],
     );
     let tools = lines[0]["tools"].as_array().unwrap();
-    assert_eq!(tools.len(), 1);
+    assert_eq!(tools.len(), 3);
     assert_eq!(tools[0]["name"], "execute");
     let description = tools[0]["description"].as_str().unwrap();
     for declared in [
@@ -508,6 +523,7 @@ fn bad_usage_exits_2_with_what_to_fix() {
     for (args, expected) in [
         (&["--timeout-ms", "0"][..], "timeoutMs"),
         (&["--max-executions", "0"][..], "must be at least 1"),
+        (&["--max-cells", "0"][..], "runs that yielded kept at once must be at least 1"),
         (&["--server", "everything"][..], "--server \"everything\" has no `=`"),
         (&["--server", "everything=node 'index.js"][..], "a single quote is not closed"),
         (&["--allow-remote"][..], "--http"),
@@ -519,4 +535,125 @@ fn bad_usage_exits_2_with_what_to_fix() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
         assert_eq!(stdout, "", "{args:?}");
     }
+}
+
+/// Logs every 50 ms for a second, then returns.
+const TWENTY_LINES: &str = "async () => { for (let i = 0; i < 20; i++) { console.log('line ' + i); await new Promise(r => setTimeout(r, 50)) } return 'done' }";
+
+fn yielding(code: &str, yield_after_ms: Json) -> Json {
+    json!({ "call": "execute", "arguments": { "code": code, "yieldAfterMs": yield_after_ms } })
+}
+
+fn on_cell(tool: &str, arguments: Json) -> Json {
+    json!({ "call": tool, "arguments": arguments })
+}
+
+/// The logs of a running answer, checked whole: the text telling the model to call
+/// `wait`, the lines, and the structured shape.
+fn running_logs(answer: &Json, cell: &str) -> Vec<String> {
+    let status = &answer["structuredContent"];
+    assert_eq!(
+        (status["status"].as_str(), status["cell"].as_str()),
+        (Some("running"), Some(cell)),
+        "{answer}"
+    );
+    let logs: Vec<String> = serde_json::from_value(status["logs"].clone()).unwrap();
+    let mut content = vec![json!({"type": "text", "text": texts::CELL_RUNNING.fill(&[cell])})];
+    if !logs.is_empty() {
+        content.push(json!({"type": "text", "text": logs.join("\n")}));
+    }
+    assert_eq!(answer["content"], json!(content), "{answer}");
+    assert_eq!(answer["isError"], false);
+    logs
+}
+
+/// `wait` answers until the outcome, read: every line once in order, and the outcome's
+/// own answer as `execute` gives one with the lines not yet handed out.
+fn twenty_lines_in_order(first: &Json, waits: &Json) {
+    let cell = first["structuredContent"]["cell"].as_str().unwrap().to_owned();
+    let mut heard = running_logs(first, &cell);
+    let waits = waits.as_array().unwrap();
+    assert!(waits.len() >= 2, "a second-long run yields more than once: {waits:?}");
+    for answer in &waits[..waits.len() - 1] {
+        heard.extend(running_logs(answer, &cell));
+    }
+    let expected: Vec<String> = (0..20).map(|i| format!("line {i}")).collect();
+    let rest: Vec<&str> = expected[heard.len()..].iter().map(String::as_str).collect();
+    assert_eq!(heard, expected[..heard.len()]);
+    assert_eq!(waits.last().unwrap(), &returned(json!("done"), r#""done""#, &rest));
+}
+
+#[test]
+fn a_run_that_yields_is_waited_on_until_its_outcome_or_terminated() {
+    let sleeps = "async () => { console.log('sleeping'); await new Promise(r => setTimeout(r, 600000)) }";
+    let steps = [
+        yielding(TWENTY_LINES, json!(100)),
+        json!({ "call": "wait", "arguments": { "cell": "$cell", "yieldAfterMs": 100 }, "untilSettled": true }),
+        yielding(sleeps, json!(300)),
+        on_cell("terminate", json!({ "cell": "$cell" })),
+        on_cell("wait", json!({ "cell": "$cell" })),
+        yielding("async () => { console.log('quick'); return 1 }", json!(20000)),
+        yielding("async () => 1", json!(-5)),
+        yielding("async () => 1", json!("soon")),
+        on_cell("wait", json!({})),
+        on_cell("wait", json!({ "cell": "nope" })),
+    ];
+    let (lines, _) = client(&steps, &["stdio", codemode(), "mcp", "--timeout-ms", "20000"]);
+    twenty_lines_in_order(&lines[0], &lines[1]);
+
+    let sleeping = lines[2]["structuredContent"]["cell"].as_str().unwrap().to_owned();
+    assert_eq!(running_logs(&lines[2], &sleeping), ["sleeping"]);
+    assert_eq!(
+        lines[2]["structuredContent"],
+        json!({"status": "running", "cell": sleeping, "logs": ["sleeping"], "calls": 0, "timers": 1})
+    );
+    assert_eq!(lines[3], failed("cancelled", texts::CANCELLED, &[]));
+    assert_eq!(lines[4], failed("invalid", &texts::CELL_UNKNOWN.fill(&[&sleeping]), &[]));
+    // A run that ends before its yield answers exactly as without one.
+    assert_eq!(lines[5], returned(json!(1), "1", &["quick"]));
+    assert_eq!(
+        lines[6],
+        failed(
+            "invalid",
+            "The argument `yieldAfterMs` of the tool `execute` must be a non-negative integer number of \
+             milliseconds, not -5.",
+            &[]
+        )
+    );
+    assert_eq!(
+        lines[7],
+        failed(
+            "invalid",
+            "The argument `yieldAfterMs` of the tool `execute` must be a non-negative integer number of \
+             milliseconds, not a string.",
+            &[]
+        )
+    );
+    assert_eq!(lines[8], failed("invalid", &texts::CELL_ARGUMENT_MISSING.fill(&["wait"]), &[]));
+    assert_eq!(
+        lines[9],
+        failed(
+            "invalid",
+            "No running cell has the id \"nope\": its outcome was already handed out, it was ended \
+             (terminated, or not waited on in time), or it never existed. Start a new execution.",
+            &[]
+        )
+    );
+}
+
+#[test]
+fn over_http_a_cell_belongs_to_the_session_that_started_it() {
+    let server = HttpServer::start(&["--http", "127.0.0.1:0", "--timeout-ms", "20000"]);
+    let steps = [
+        yielding(TWENTY_LINES, json!(100)),
+        json!({ "call": "wait", "arguments": { "cell": "$cell" }, "session": "second" }),
+        json!({ "call": "terminate", "arguments": { "cell": "$cell" }, "session": "second" }),
+        json!({ "call": "wait", "arguments": { "cell": "$cell", "yieldAfterMs": 100 }, "untilSettled": true }),
+    ];
+    let (lines, _) = client(&steps, &["http", &server.url]);
+    let cell = lines[0]["structuredContent"]["cell"].as_str().unwrap().to_owned();
+    let unknown = failed("invalid", &texts::CELL_UNKNOWN.fill(&[&cell]), &[]);
+    assert_eq!((&lines[1], &lines[2]), (&unknown, &unknown));
+    // The other session's refusals took nothing from the run.
+    twenty_lines_in_order(&lines[0], &lines[3]);
 }

@@ -1,8 +1,11 @@
-//! Code mode served to any MCP client: one tool, `execute`, whose description carries the declarations.
+//! Code mode served to any MCP client: the tool `execute`, whose description carries the
+//! declarations, and `wait` and `terminate` for a run that yielded.
 //!
 //! [`CodeModeServer`] is an rmcp [`ServerHandler`]. `tools/list` answers the toolbox's
-//! [`code_tool`](Toolbox::code_tool); `tools/call` runs the program in a fresh engine with
-//! the toolbox's providers and answers its outcome as a `CallToolResult`:
+//! [`code_tool`](Toolbox::code_tool) taking `yieldAfterMs` beside `code`
+//! ([`CodeTool::with_yield`](codemode_protocol::tools::CodeTool::with_yield)), then
+//! `wait` and `terminate`; `tools/call` of `execute` runs the program in a fresh engine
+//! with the toolbox's providers and answers its outcome as a `CallToolResult`:
 //!
 //! - `structuredContent` is the outcome in the codec's form, as `codemode run` prints it:
 //!   `{"result": v, "logs": [...]}`, or `{"error": text, "kind": kind, "location": {"line":
@@ -18,17 +21,30 @@
 //!   lines joined by newlines.
 //! - `isError` is true for every error outcome (thrown, timeout, memory, syntax, ...).
 //!
+//! With `yieldAfterMs`, a run still going after that many milliseconds answers (not as an
+//! error) `structuredContent` `{"status": "running", "cell": ID, "logs": [...], "calls": n,
+//! "timers": n}` with the lines written so far, and goes on in a cell ([`crate::cells`]);
+//! `wait` (`{"cell": ID, "yieldAfterMs"?: n}`, default [`DEFAULT_WAIT_YIELD`]) answers the
+//! same running shape with the next lines, or the outcome as above with the lines not yet
+//! handed out, so the logs of every answer together are the run's logs, each once;
+//! `terminate` (`{"cell": ID}`) ends it and answers its cancelled outcome. A cell belongs to
+//! the session that started it: an id of another session, or one whose outcome was handed
+//! out, ended or never existed, is an error of kind `invalid` (`texts::CELL_UNKNOWN`).
+//! A run that yields holds its place among [`ServeLimits::max_executions`] until it ends;
+//! [`ServeLimits::max_cells`] and [`ServeLimits::cell_time_to_live`] bound the cells kept.
+//!
 //! Arguments that do not fit `{"code": string}` are a tool execution error of kind
 //! `invalid`, so the model reads what to fix (MCP 2025-11-25, SEP-1303); an unknown tool
 //! name is a JSON-RPC error (`-32602`). Each call is its own execution on its own engine:
 //! sessions share the executor's idle threads and the providers, never an engine. At most
 //! [`ServeLimits::max_executions`] run at once; a call the client cancels (or whose
-//! session closes) ends its execution.
+//! session closes) ends its execution, unless it was a `wait`: then only the wait ends.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use codemode_protocol::{Outcome, OutcomeKind};
+use codemode_protocol::tools::{terminate_tool, wait_tool};
+use codemode_protocol::{Outcome, OutcomeKind, texts};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -39,15 +55,20 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value as Json;
 
-use crate::{Execute, Limits, Request, Toolbox};
+use crate::cells::{Cell, CellLimits, Cells, Waited};
+use crate::{Execute, ExecuteFuture, Limits, Profile, Request, Toolbox};
 
 /// The path the streamable HTTP endpoint answers on.
 pub const HTTP_PATH: &str = "/mcp";
 
 /// What the server tells a client in `initialize`.
-const INSTRUCTIONS: &str = "One tool, `execute`: it runs a JavaScript program in a sandbox. The providers \
+const INSTRUCTIONS: &str = "The tool `execute` runs a JavaScript program in a sandbox. The providers \
      declared in its description are the program's only way to reach data; write one program that calls \
-     them, computes, and returns the answer.";
+     them, computes, and returns the answer. With `yieldAfterMs` a long program answers while it runs; \
+     `wait` and `terminate` go on with it.";
+
+/// How long `wait` waits when it is given no `yieldAfterMs`.
+pub const DEFAULT_WAIT_YIELD: Duration = Duration::from_secs(10);
 
 /// The limits of a server: each execution's, over the executor's defaults, and how many
 /// run at once. It is `#[non_exhaustive]`: start from [`ServeLimits::default`] and set
@@ -61,12 +82,26 @@ pub struct ServeLimits {
     pub memory_limit_bytes: Option<usize>,
     /// Executions running at once, over every session; a call beyond it is refused
     /// (kind `invalid`, [`TOO_MANY_EXECUTIONS`]) rather than queued behind the others.
+    /// A run that yielded (`yieldAfterMs`) holds its place until it ends.
     pub max_executions: usize,
+    /// A run that yielded and that nobody waits on for this long is ended
+    /// ([`CellLimits::time_to_live`]).
+    pub cell_time_to_live: Duration,
+    /// Runs that yielded kept at once, over every session; one more ends the one waited
+    /// on least recently ([`CellLimits::max_live`]).
+    pub max_cells: usize,
 }
 
 impl Default for ServeLimits {
     fn default() -> ServeLimits {
-        ServeLimits { timeout: None, memory_limit_bytes: None, max_executions: DEFAULT_MAX_EXECUTIONS }
+        let cells = CellLimits::default();
+        ServeLimits {
+            timeout: None,
+            memory_limit_bytes: None,
+            max_executions: DEFAULT_MAX_EXECUTIONS,
+            cell_time_to_live: cells.time_to_live,
+            max_cells: cells.max_live,
+        }
     }
 }
 
@@ -77,6 +112,10 @@ crate::api::config::setters!(ServeLimits {
     memory_limit_bytes: Option<usize>,
     /// With this bound on executions at once.
     max_executions: usize,
+    /// With this time to live of a run that yielded.
+    cell_time_to_live: Duration,
+    /// With this bound on runs that yielded kept at once.
+    max_cells: usize,
 });
 
 /// Why a [`CodeModeServer`] could not be made, or stopped serving.
@@ -89,6 +128,9 @@ pub enum McpServeError {
     /// [`ServeLimits::max_executions`] is 0.
     #[error("the server's maximum of executions at once must be at least 1")]
     NoExecutions,
+    /// [`ServeLimits::max_cells`] is 0.
+    #[error("the server's maximum of runs that yielded kept at once must be at least 1")]
+    NoCells,
     /// The client's MCP initialization failed (stdio). Boxed: rmcp's error is large.
     #[error("the MCP client's initialization failed: {0}")]
     Initialize(#[source] Box<rmcp::service::ServerInitializeError>),
@@ -117,20 +159,62 @@ pub const DEFAULT_MAX_EXECUTIONS: usize = 64;
 pub const TOO_MANY_EXECUTIONS: &str =
     "This server is running its maximum of {limit} executions at once. Wait for one to end, then call again.";
 
-/// Code mode as an MCP server: one tool, `execute`, running programs against a toolbox.
-/// Cheap to clone; a clone serves another session with the same executor and toolbox.
+/// Code mode as an MCP server: `execute` running programs against a toolbox, and `wait`
+/// and `terminate` for the runs that yielded. Cheap to clone; a clone is the same session
+/// (over streamable HTTP each session gets one of its own, [`CodeModeServer::serve_http`]).
 #[derive(Clone)]
 pub struct CodeModeServer {
     inner: Arc<Inner>,
+    /// The session this handler serves: the owner of the cells it starts.
+    session: Arc<str>,
 }
 
 struct Inner {
-    executor: Arc<dyn Execute>,
+    /// The executor behind the bound on executions at once.
+    executor: Arc<Admitted>,
+    cells: Cells,
     toolbox: Toolbox,
-    tool: Tool,
+    tools: [Tool; 3],
     limits: ServeLimits,
-    /// One permit per execution running.
+}
+
+/// An executor whose runs each hold a permit while they run (in a cell or not), and are
+/// refused ([`TOO_MANY_EXECUTIONS`]) when none is left.
+struct Admitted {
+    inner: Arc<dyn Execute>,
     running: Arc<tokio::sync::Semaphore>,
+    max: usize,
+}
+
+impl Execute for Admitted {
+    fn execute(&self, request: Request) -> ExecuteFuture<'_> {
+        let permit = self.running.clone().try_acquire_owned();
+        Box::pin(async move {
+            let Ok(_running) = permit else {
+                let text = TOO_MANY_EXECUTIONS.replace("{limit}", &self.max.to_string());
+                return Outcome::failure(OutcomeKind::Invalid, text, Vec::new());
+            };
+            self.inner.execute(request).await
+        })
+    }
+
+    fn profile(&self) -> Profile {
+        self.inner.profile()
+    }
+
+    fn live_engines(&self) -> Option<usize> {
+        self.inner.live_engines()
+    }
+
+    fn stuck_engines(&self) -> Option<usize> {
+        self.inner.stuck_engines()
+    }
+}
+
+/// A key no other session of this process has.
+fn new_session() -> Arc<str> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    Arc::from(format!("session {}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
 }
 
 impl CodeModeServer {
@@ -148,37 +232,42 @@ impl CodeModeServer {
             ..profile.limits.clone()
         };
         effective.check(&profile.ceilings).map_err(McpServeError::Limit)?;
-        let executor: Arc<dyn Execute> = Arc::new(executor);
         if limits.max_executions == 0 {
             return Err(McpServeError::NoExecutions);
+        }
+        if limits.max_cells == 0 {
+            return Err(McpServeError::NoCells);
         }
         let running = Arc::new(tokio::sync::Semaphore::new(
             limits.max_executions.min(tokio::sync::Semaphore::MAX_PERMITS),
         ));
-        let code_tool = toolbox.code_tool();
-        let schema = match code_tool.input_schema {
-            Json::Object(schema) => schema,
-            _ => JsonObject::new(),
-        };
-        let tool = Tool::new(code_tool.name, code_tool.description, schema);
-        Ok(CodeModeServer { inner: Arc::new(Inner { executor, toolbox, tool, limits, running }) })
+        let executor = Arc::new(Admitted { inner: Arc::new(executor), running, max: limits.max_executions });
+        let cell_limits =
+            CellLimits::default().time_to_live(limits.cell_time_to_live).max_live(limits.max_cells);
+        let cells = Cells::new(executor.clone(), cell_limits);
+        let tools =
+            [mcp_tool(toolbox.code_tool().with_yield()), mcp_tool(wait_tool()), mcp_tool(terminate_tool())];
+        let inner = Inner { executor, cells, toolbox, tools, limits };
+        Ok(CodeModeServer { inner: Arc::new(inner), session: new_session() })
     }
 
-    /// The one tool: the toolbox's code tool.
+    /// The code tool: the toolbox's, taking `yieldAfterMs` beside `code`.
     pub fn tool(&self) -> &Tool {
-        &self.inner.tool
+        &self.inner.tools[0]
     }
 
-    /// Run one call's arguments (`{"code": string}`) as a program and answer its outcome.
-    pub async fn execute(&self, arguments: Option<&JsonObject>) -> CallToolResult {
-        let code = match code_argument(arguments) {
-            Ok(code) => code,
-            Err(text) => return call_tool_result(&Outcome::failure(OutcomeKind::Invalid, text, Vec::new())),
-        };
-        let Ok(_running) = self.inner.running.clone().try_acquire_owned() else {
-            let text = TOO_MANY_EXECUTIONS.replace("{limit}", &self.inner.limits.max_executions.to_string());
-            return call_tool_result(&Outcome::failure(OutcomeKind::Invalid, text, Vec::new()));
-        };
+    /// Every tool listed: `execute`, `wait`, `terminate`.
+    pub fn tools(&self) -> &[Tool] {
+        &self.inner.tools
+    }
+
+    /// The same server serving another session, whose cells are its own.
+    pub fn new_session(&self) -> CodeModeServer {
+        CodeModeServer { inner: self.inner.clone(), session: new_session() }
+    }
+
+    /// The request of one program, with the server's limits.
+    fn request(&self, code: String) -> Request {
         let mut request = Request::new(code).toolbox(&self.inner.toolbox);
         if let Some(timeout) = self.inner.limits.timeout {
             request = request.timeout(timeout);
@@ -186,7 +275,57 @@ impl CodeModeServer {
         if let Some(bytes) = self.inner.limits.memory_limit_bytes {
             request = request.memory_limit_bytes(bytes);
         }
-        call_tool_result(&self.inner.executor.execute(request).await)
+        request
+    }
+
+    /// Run one call's arguments (`{"code": string, "yieldAfterMs"?: n}`) as a program and
+    /// answer its outcome, or, past `yieldAfterMs`, that it is still running.
+    pub async fn execute(&self, arguments: Option<&JsonObject>) -> CallToolResult {
+        let (code, yield_after) = match code_argument(arguments) {
+            Ok(found) => found,
+            Err(text) => return invalid(text),
+        };
+        let request = self.request(code);
+        let Some(yield_after) = yield_after else {
+            return call_tool_result(&self.inner.executor.execute(request).await);
+        };
+        let cell = self.inner.cells.start_owned(Some(self.session.to_string()), request);
+        // A call cancelled before it answers ends its run: nobody else knows the cell.
+        let mut unanswered = EndUnanswered(Some(cell.clone()));
+        let answer = waited(&cell, yield_after).await;
+        unanswered.0 = None;
+        answer
+    }
+
+    /// `wait`: the next lines of the cell `{"cell": ID}` of this session, or its outcome.
+    pub async fn wait(&self, arguments: Option<&JsonObject>) -> CallToolResult {
+        let (id, yield_after) = match cell_arguments(texts::CELL_WAIT_TOOL_NAME, arguments) {
+            Ok(found) => found,
+            Err(text) => return invalid(text),
+        };
+        match self.inner.cells.find_owned(Some(&self.session), &id) {
+            Ok(cell) => waited(&cell, yield_after.unwrap_or(DEFAULT_WAIT_YIELD)).await,
+            Err(unknown) => invalid(unknown.to_string()),
+        }
+    }
+
+    /// `terminate`: end the cell `{"cell": ID}` of this session and answer its outcome.
+    pub async fn terminate(&self, arguments: Option<&JsonObject>) -> CallToolResult {
+        let id = match cell_arguments(texts::CELL_TERMINATE_TOOL_NAME, arguments) {
+            Ok((id, None)) => id,
+            Ok((_, Some(_))) => {
+                return invalid(not_an_argument(texts::CELL_TERMINATE_TOOL_NAME, "yieldAfterMs"));
+            }
+            Err(text) => return invalid(text),
+        };
+        let ended = match self.inner.cells.find_owned(Some(&self.session), &id) {
+            Ok(cell) => cell.terminate().await,
+            Err(unknown) => Err(unknown),
+        };
+        match ended {
+            Ok(outcome) => call_tool_result(&outcome),
+            Err(unknown) => invalid(unknown.to_string()),
+        }
     }
 
     /// Serve one client on stdin and stdout until it closes them. Nothing else may write
@@ -212,7 +351,7 @@ impl CodeModeServer {
             config = config.disable_allowed_hosts();
         }
         let service = StreamableHttpService::new(
-            move || Ok(self.clone()),
+            move || Ok(self.new_session()),
             Arc::new(LocalSessionManager::default()),
             config,
         );
@@ -230,23 +369,114 @@ impl std::fmt::Debug for CodeModeServer {
     }
 }
 
-/// The program in a call's arguments, or the text saying what to send instead.
-fn code_argument(arguments: Option<&JsonObject>) -> Result<String, String> {
+/// The program in a call's arguments and its `yieldAfterMs`, or the text saying what to
+/// send instead.
+fn code_argument(arguments: Option<&JsonObject>) -> Result<(String, Option<Duration>), String> {
     let Some(arguments) = arguments else { return Err(CODE_MISSING.to_owned()) };
-    if let Some(other) = arguments.keys().find(|key| *key != "code") {
+    if let Some(other) = arguments.keys().find(|key| *key != "code" && *key != "yieldAfterMs") {
         return Err(format!(
-            "The tool `execute` takes one argument, `code`; `{other}` is not one of its arguments. \
-             Send {{\"code\": \"async () => {{ ... }}\"}}."
+            "The tool `execute` takes the argument `code` (and, optionally, `yieldAfterMs`); `{other}` is not \
+             one of its arguments. Send {{\"code\": \"async () => {{ ... }}\"}}."
         ));
     }
+    let yield_after = yield_argument(texts::CODE_TOOL_NAME, arguments)?;
     match arguments.get("code") {
         None => Err(CODE_MISSING.to_owned()),
-        Some(Json::String(code)) => Ok(code.clone()),
+        Some(Json::String(code)) => Ok((code.clone(), yield_after)),
         Some(other) => Err(format!(
             "The argument `code` of the tool `execute` must be a string (the program's source), not {}.",
             json_type(other)
         )),
     }
+}
+
+/// The `cell` and `yieldAfterMs` of a call of `tool` (`wait` or `terminate`).
+fn cell_arguments(tool: &str, arguments: Option<&JsonObject>) -> Result<(String, Option<Duration>), String> {
+    let missing = || texts::CELL_ARGUMENT_MISSING.fill(&[tool]);
+    let Some(arguments) = arguments else { return Err(missing()) };
+    if let Some(other) = arguments.keys().find(|key| *key != "cell" && *key != "yieldAfterMs") {
+        return Err(not_an_argument(tool, other));
+    }
+    let yield_after = yield_argument(tool, arguments)?;
+    match arguments.get("cell") {
+        Some(Json::String(id)) => Ok((id.clone(), yield_after)),
+        _ => Err(missing()),
+    }
+}
+
+fn not_an_argument(tool: &str, other: &str) -> String {
+    let takes = if tool == texts::CELL_WAIT_TOOL_NAME { "`cell` and `yieldAfterMs`" } else { "`cell`" };
+    format!("The tool `{tool}` takes {takes}; `{other}` is not one of its arguments.")
+}
+
+/// `yieldAfterMs`, when given: a non-negative integer of milliseconds.
+fn yield_argument(tool: &str, arguments: &JsonObject) -> Result<Option<Duration>, String> {
+    match arguments.get("yieldAfterMs") {
+        None => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(ms) => Ok(Some(Duration::from_millis(ms))),
+            None => {
+                let found = match value {
+                    Json::Number(n) => format!("{n}"),
+                    other => json_type(other).to_owned(),
+                };
+                Err(texts::CELL_YIELD_NOT_MILLISECONDS.fill(&[tool, &found]))
+            }
+        },
+    }
+}
+
+/// A call's arguments refused: an error outcome of kind `invalid` with `text`.
+fn invalid(text: impl Into<String>) -> CallToolResult {
+    call_tool_result(&Outcome::failure(OutcomeKind::Invalid, text, Vec::new()))
+}
+
+/// Wait on `cell` for `yield_after`: its outcome, or that it is still running.
+async fn waited(cell: &Cell, yield_after: Duration) -> CallToolResult {
+    match cell.wait(yield_after).await {
+        Ok(Waited::Settled(outcome)) => call_tool_result(&outcome),
+        Ok(Waited::Running { logs, calls_in_flight, timers }) => {
+            running_result(cell.id().as_str(), logs, calls_in_flight, timers)
+        }
+        Err(unknown) => invalid(unknown.to_string()),
+    }
+}
+
+/// A run still going: `{"status": "running", "cell", "logs", "calls", "timers"}`, and the
+/// text telling the model to call `wait`, then the lines as an outcome's are.
+pub fn running_result(cell: &str, logs: Vec<String>, calls: usize, timers: usize) -> CallToolResult {
+    let mut content = vec![ContentBlock::text(texts::CELL_RUNNING.fill(&[cell]))];
+    if !logs.is_empty() {
+        content.push(ContentBlock::text(logs.join("\n")));
+    }
+    let mut result = CallToolResult::success(content);
+    result.structured_content = Some(serde_json::json!({
+        "status": "running", "cell": cell, "logs": logs, "calls": calls, "timers": timers
+    }));
+    result
+}
+
+/// Ends a cell whose `execute` call went before it answered (cancelled by the client).
+struct EndUnanswered(Option<Cell>);
+
+impl Drop for EndUnanswered {
+    fn drop(&mut self) {
+        let (Some(cell), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) else {
+            return;
+        };
+        runtime.spawn(async move {
+            let _ = cell.terminate().await;
+        });
+    }
+}
+
+/// A tool as rmcp lists it.
+fn mcp_tool(tool: codemode_protocol::tools::CodeTool) -> Tool {
+    let schema = match tool.input_schema {
+        Json::Object(schema) => schema,
+        _ => JsonObject::new(),
+    };
+    Tool::new(tool.name, tool.description, schema)
 }
 
 const CODE_MISSING: &str = "The tool `execute` needs the argument `code`: the program's source as a \
@@ -298,7 +528,7 @@ impl ServerHandler for CodeModeServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(vec![self.inner.tool.clone()]))
+        Ok(ListToolsResult::with_all_items(self.inner.tools.to_vec()))
     }
 
     async fn call_tool(
@@ -306,16 +536,37 @@ impl ServerHandler for CodeModeServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        if request.name != self.inner.tool.name {
-            return Err(McpError::invalid_params(
-                format!("Unknown tool: {:?}. This server has one tool, `execute`.", request.name),
-                None,
-            ));
-        }
-        // A cancelled request (or a closed session) drops the execution, which stops its engine.
+        let arguments = request.arguments.as_ref();
+        let answer = match request.name.as_ref() {
+            texts::CODE_TOOL_NAME => self.execute(arguments).await_or_cancelled(&context).await,
+            texts::CELL_WAIT_TOOL_NAME => self.wait(arguments).await_or_cancelled(&context).await,
+            texts::CELL_TERMINATE_TOOL_NAME => self.terminate(arguments).await_or_cancelled(&context).await,
+            _ => {
+                return Err(McpError::invalid_params(
+                    format!(
+                        "Unknown tool: {:?}. This server's tools are `execute`, `wait` and `terminate`.",
+                        request.name
+                    ),
+                    None,
+                ));
+            }
+        };
+        answer.map(Into::into)
+    }
+}
+
+/// A call's answer unless the client cancels it first (or its session closes): dropping
+/// the call's future ends an execution, and only the wait of a `wait`.
+trait CancelledBy: std::future::Future<Output = CallToolResult> + Sized {
+    async fn await_or_cancelled(
+        self,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
         tokio::select! {
-            result = self.execute(request.arguments.as_ref()) => Ok(result.into()),
+            result = self => Ok(result),
             () = context.ct.cancelled() => Err(McpError::invalid_request("The request was cancelled.", None)),
         }
     }
 }
+
+impl<F: std::future::Future<Output = CallToolResult>> CancelledBy for F {}

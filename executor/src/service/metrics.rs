@@ -25,8 +25,12 @@ pub const BUILD_INFO: &str = "codemode_build_info";
 /// in-process only (process isolation kills the worker instead).
 pub const STUCK_ENGINES: &str = "codemode_stuck_engines";
 
+/// Cells ended before their outcome was handed out, by `reason` (`expired`, `evicted`,
+/// `unclaimed`): [`crate::cells`].
+pub use crate::cells::CELLS_REAPED_TOTAL;
+
 /// Every metric's name, for an exporter to describe.
-pub const ALL: [&str; 9] = [
+pub const ALL: [&str; 10] = [
     EXECUTIONS_TOTAL,
     EXECUTION_DURATION_SECONDS,
     CALL_DURATION_SECONDS,
@@ -36,6 +40,7 @@ pub const ALL: [&str; 9] = [
     DRAINING,
     BUILD_INFO,
     STUCK_ENGINES,
+    CELLS_REAPED_TOTAL,
 ];
 
 pub(crate) fn ended(outcome: &'static str) {

@@ -9,6 +9,11 @@
 // identity, then one per step: what the SDK returned, or {"error": {"code", "message"}}
 // for what it threw; for calls together, an array of those. A call with "abortAfterMs"
 // is cancelled by the client after that long; a step with "delayMs" waits that long first.
+//
+// Cells: an argument "$cell" is the cell the last running answer named; a call with
+// "untilSettled": true is made again until its answer is not running, and prints the array
+// of its answers; a step with "session": "second" goes through a second client, in a
+// session of its own (http only).
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -24,16 +29,43 @@ const client = new Client({ name: 'codemode-mcp-serve-test', version: '1.0.0' })
 await client.connect(transport)
 print({ server: client.getServerVersion(), instructions: client.getInstructions() })
 
+let second = null
+const secondClient = async () => {
+  if (second === null) {
+    second = new Client({ name: 'codemode-mcp-serve-test-second', version: '1.0.0' })
+    await second.connect(new StreamableHTTPClientTransport(new URL(target[0])))
+  }
+  return second
+}
+
+let cell = null
+const withCell = (args) =>
+  args && Object.fromEntries(Object.entries(args).map(([key, value]) => [key, value === '$cell' ? cell : value]))
+const noteCell = (answer) => {
+  if (answer?.structuredContent?.status === 'running') cell = answer.structuredContent.cell
+  return answer
+}
+
 const failure = (error) => ({ error: { code: error.code, message: error.message } })
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms))
-const callTool = (step) => {
+const callOnce = async (step) => {
   const options = {}
   if (step.abortAfterMs !== undefined) {
     const controller = new AbortController()
     setTimeout(() => controller.abort(new Error('aborted by the client')), step.abortAfterMs)
     options.signal = controller.signal
   }
-  return client.callTool({ name: step.call, arguments: step.arguments }, undefined, options).catch(failure)
+  const through = step.session === 'second' ? await secondClient() : client
+  const request = { name: step.call, arguments: withCell(step.arguments) }
+  return noteCell(await through.callTool(request, undefined, options).catch(failure))
+}
+const callTool = async (step) => {
+  if (!step.untilSettled) return callOnce(step)
+  const answers = []
+  do {
+    answers.push(await callOnce(step))
+  } while (answers.at(-1)?.structuredContent?.status === 'running' && answers.length < 1000)
+  return answers
 }
 
 for (const step of JSON.parse(steps)) {
@@ -52,3 +84,4 @@ if (kind === 'http') {
   await transport.terminateSession()
 }
 await client.close()
+if (second !== null) await second.close()

@@ -38,6 +38,21 @@ impl CodeTool {
         })
     }
 
+    /// The same tool taking `yieldAfterMs` beside `code`, its description telling the model
+    /// how to go on with `wait` and `terminate` ([`wait_tool`], [`terminate_tool`]): what
+    /// a server offering runs a model resumes (cells) lists.
+    pub fn with_yield(mut self) -> CodeTool {
+        self.description = self.description.replacen(
+            texts::CODE_TOOL_DESCRIPTION,
+            &format!("{}\n\n{}", texts::CODE_TOOL_DESCRIPTION, texts::CELL_CODE_TOOL_PARAGRAPH),
+            1,
+        );
+        if let Some(properties) = self.input_schema.get_mut("properties").and_then(Json::as_object_mut) {
+            properties.insert("yieldAfterMs".to_owned(), yield_parameter());
+        }
+        self
+    }
+
     /// The tool as Anthropic's Messages API takes it: `{"name", "description", "input_schema"}`.
     pub fn anthropic(&self) -> Json {
         json!({
@@ -62,6 +77,44 @@ pub fn code_tool(table: &ToolTable) -> CodeTool {
                 "code": { "type": "string", "description": texts::CODE_TOOL_CODE_PARAMETER }
             },
             "required": ["code"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// The schema of a `yieldAfterMs` parameter.
+fn yield_parameter() -> Json {
+    json!({ "type": "integer", "minimum": 0, "description": texts::CELL_YIELD_PARAMETER })
+}
+
+/// The schema of a `cell` parameter.
+fn cell_parameter() -> Json {
+    json!({ "type": "string", "description": texts::CELL_PARAMETER })
+}
+
+/// The tool that waits on a run the code tool left running (`{"cell": ID, "yieldAfterMs"?: n}`).
+pub fn wait_tool() -> CodeTool {
+    CodeTool {
+        name: texts::CELL_WAIT_TOOL_NAME.to_owned(),
+        description: texts::CELL_WAIT_TOOL_DESCRIPTION.to_owned(),
+        input_schema: json!({
+            "type": "object",
+            "properties": { "cell": cell_parameter(), "yieldAfterMs": yield_parameter() },
+            "required": ["cell"],
+            "additionalProperties": false
+        }),
+    }
+}
+
+/// The tool that ends a run the code tool left running (`{"cell": ID}`).
+pub fn terminate_tool() -> CodeTool {
+    CodeTool {
+        name: texts::CELL_TERMINATE_TOOL_NAME.to_owned(),
+        description: texts::CELL_TERMINATE_TOOL_DESCRIPTION.to_owned(),
+        input_schema: json!({
+            "type": "object",
+            "properties": { "cell": cell_parameter() },
+            "required": ["cell"],
             "additionalProperties": false
         }),
     }

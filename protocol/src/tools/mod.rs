@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 pub use arguments::{ArgumentsError, Parameter, Parameters, parameter_name};
-pub use code_tool::{CodeTool, code_tool};
+pub use code_tool::{CodeTool, code_tool, terminate_tool, wait_tool};
 pub use names::{RESERVED_TOOL_NAMES, sandbox_name};
 
 use crate::provider::{ProviderDescriptor, ProviderNameError, validate_providers};
