@@ -47,6 +47,8 @@ pub(crate) struct McpArgs {
     /// The engine's memory limit of each execution in bytes.
     #[arg(long, value_name = "N")]
     memory_limit_bytes: Option<usize>,
+    #[command(flatten)]
+    budget: crate::BudgetArgs,
     /// Executions running at once, over every client; a call beyond is refused (an error
     /// result saying so), not queued.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EXECUTIONS)]
@@ -187,6 +189,8 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
     let limits = ServeLimits::default()
         .timeout(args.timeout_ms.map(Duration::from_millis))
         .memory_limit_bytes(args.memory_limit_bytes)
+        .cpu_time_limit(args.budget.cpu_time_limit_ms.map(Duration::from_millis))
+        .max_calls(args.budget.max_calls)
         .max_executions(args.max_executions)
         .cell_time_to_live(Duration::from_secs(args.cell_ttl_secs))
         .max_cells(args.max_cells);

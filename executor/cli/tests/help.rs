@@ -216,3 +216,22 @@ fn mcp_help_has_the_exit_codes_and_examples() {
     assert_eq!((code, stdout.as_str()), (2, ""));
     assert!(stderr.starts_with("codemode: --server \"nameless\" has no `=`"), "{stderr}");
 }
+
+/// Every command that runs programs takes the CPU and call budgets.
+#[test]
+fn every_command_that_runs_programs_takes_the_budgets() {
+    let mut commands = vec![vec!["run"], vec!["stdio"], vec!["serve"]];
+    if cfg!(feature = "mcp") {
+        commands.push(vec!["mcp"]);
+    }
+    for command in commands {
+        help(
+            &command,
+            &[
+                "  --cpu-time-limit-ms <N>",
+                "  --max-calls <N>",
+                "waiting on calls, fetches and timers is not counted",
+            ],
+        );
+    }
+}

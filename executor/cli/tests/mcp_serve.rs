@@ -657,3 +657,26 @@ fn over_http_a_cell_belongs_to_the_session_that_started_it() {
     // The other session's refusals took nothing from the run.
     twenty_lines_in_order(&lines[0], &lines[3]);
 }
+
+/// `--cpu-time-limit-ms` and `--max-calls` bound every execution the server runs: a spin
+/// ends `cpuTime`, a second call under `--max-calls 1` ends `callLimit` though caught, and
+/// a run within both returns.
+#[test]
+fn the_cpu_and_call_budgets_bound_every_execution() {
+    let shop = shop();
+    let two_calls = "async () => { await db.tables(); try { await db.tables() } catch {} return 'escaped' }";
+    let (lines, _) = client(
+        &[call(SPINS), call(two_calls), call("async () => (await db.tables()).length > 0")],
+        &["stdio", codemode(), "mcp", "--db", &shop, "--cpu-time-limit-ms", "200", "--max-calls", "1"],
+    );
+    assert_eq!(lines[0], failed("cpuTime", "Execution used its CPU time limit of 200 ms.", &["spinning"]));
+    assert_eq!(
+        lines[1],
+        failed(
+            "callLimit",
+            "Execution reached its limit of 1 calls (tool calls and fetches together); the call over it was not sent.",
+            &[]
+        )
+    );
+    assert_eq!(lines[2], returned(json!(true), "true", &[]));
+}

@@ -80,6 +80,10 @@ pub struct ServeLimits {
     pub timeout: Option<Duration>,
     /// The engine's memory limit of one execution, in bytes.
     pub memory_limit_bytes: Option<usize>,
+    /// The CPU time one execution's engine thread may spend (waiting not counted).
+    pub cpu_time_limit: Option<Duration>,
+    /// The calls (tool calls and fetches together) one execution may make.
+    pub max_calls: Option<usize>,
     /// Executions running at once, over every session; a call beyond it is refused
     /// (kind `invalid`, [`TOO_MANY_EXECUTIONS`]) rather than queued behind the others.
     /// A run that yielded (`yieldAfterMs`) holds its place until it ends.
@@ -98,6 +102,8 @@ impl Default for ServeLimits {
         ServeLimits {
             timeout: None,
             memory_limit_bytes: None,
+            cpu_time_limit: None,
+            max_calls: None,
             max_executions: DEFAULT_MAX_EXECUTIONS,
             cell_time_to_live: cells.time_to_live,
             max_cells: cells.max_live,
@@ -110,6 +116,10 @@ crate::api::config::setters!(ServeLimits {
     timeout: Option<Duration>,
     /// With this memory limit for each execution.
     memory_limit_bytes: Option<usize>,
+    /// With this CPU time budget for each execution.
+    cpu_time_limit: Option<Duration>,
+    /// With this bound on the calls of each execution.
+    max_calls: Option<usize>,
     /// With this bound on executions at once.
     max_executions: usize,
     /// With this time to live of a run that yielded.
@@ -229,6 +239,8 @@ impl CodeModeServer {
         let effective = Limits {
             timeout: limits.timeout.unwrap_or(profile.limits.timeout),
             memory_limit_bytes: limits.memory_limit_bytes.unwrap_or(profile.limits.memory_limit_bytes),
+            cpu_time_limit: limits.cpu_time_limit.or(profile.limits.cpu_time_limit),
+            max_calls: limits.max_calls.or(profile.limits.max_calls),
             ..profile.limits.clone()
         };
         effective.check(&profile.ceilings).map_err(McpServeError::Limit)?;
@@ -274,6 +286,12 @@ impl CodeModeServer {
         }
         if let Some(bytes) = self.inner.limits.memory_limit_bytes {
             request = request.memory_limit_bytes(bytes);
+        }
+        if let Some(limit) = self.inner.limits.cpu_time_limit {
+            request = request.cpu_time_limit(limit);
+        }
+        if let Some(calls) = self.inner.limits.max_calls {
+            request = request.max_calls(calls);
         }
         request
     }
