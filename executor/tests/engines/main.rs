@@ -9,6 +9,7 @@
 mod support;
 
 mod builtins_interrupt;
+mod cells;
 mod cpu_and_calls;
 mod deadlines;
 mod exact;
