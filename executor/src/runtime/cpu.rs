@@ -97,8 +97,7 @@ impl CpuWatch {
     /// then has only its wall clock.
     pub(crate) fn start(self, watchdog: &Watchdog) -> Option<Arc<CpuAccount>> {
         let account = Arc::new(CpuAccount::start()?);
-        let first = Instant::now() + self.limit;
-        schedule(first, account.clone(), self, watchdog.clone());
+        schedule(after(self.limit), account.clone(), self, watchdog.clone());
         Some(account)
     }
 }
@@ -119,9 +118,18 @@ fn look(account: Arc<CpuAccount>, watch: CpuWatch, watchdog: Watchdog) {
         (watch.on_spent)();
         return;
     }
-    let next = Instant::now() + watch.limit.saturating_sub(used).max(LAST_LOOKS);
+    let next = after(watch.limit.saturating_sub(used).max(LAST_LOOKS));
     schedule(next, account, watch, watchdog);
 }
+
+/// The instant `wait` from now, or an hour from now if that is sooner: a budget of any
+/// size (a request may ask for `u64::MAX` ms) is looked at again, never an overflow.
+fn after(wait: Duration) -> Instant {
+    Instant::now() + wait.min(LONGEST_WAIT)
+}
+
+/// The longest the watchdog waits between two looks at one budget.
+const LONGEST_WAIT: Duration = Duration::from_secs(3600);
 
 #[cfg(test)]
 mod tests {

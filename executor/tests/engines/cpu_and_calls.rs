@@ -180,6 +180,20 @@ async fn ten_calls_under_a_budget_of_ten_return() {
     assert_eq!(seen.load(Ordering::SeqCst), 10);
 }
 
+/// The largest budgets a request can write are budgets like any other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_budgets_are_no_budget_at_all() {
+    let wire = codemode_protocol::ExecuteRequest {
+        cpu_time_limit_ms: Some(u64::MAX),
+        max_calls: Some(u64::MAX),
+        dispatch: true,
+        ..codemode_protocol::ExecuteRequest::new("async () => { await store.x(); return 'ran' }")
+    };
+    let request = Request::from_wire(wire, None).provider(store()).dispatch(dispatch(Arc::default()));
+    let outcome = Executor::new(config()).execute(request).await;
+    assert_eq!(json(&outcome), r#"{"result":"ran","logs":[]}"#);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budgets_out_of_range_are_refused_by_name() {
     let executor = Executor::new(config());
