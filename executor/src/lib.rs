@@ -55,6 +55,10 @@ mod service;
 pub use api::toolbox;
 pub use service::{daemon, metrics, tls};
 
+pub use api::approval::{
+    Approval, ApprovalPolicy, Approvals, Ask, DEFAULT_APPROVAL_TIMEOUT, Decided, Decision, DecisionError,
+    HeldCall, HeldId, PatternError, ToolPattern, Verdict,
+};
 pub use api::config::{
     DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, LimitError, Limits, ParseEngineError, WorkerCommand,
 };

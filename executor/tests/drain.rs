@@ -187,7 +187,7 @@ async fn pings_are_answered_and_a_newer_client_is_answered_with_the_newest_versi
     let mut lines = BufReader::new(read).lines();
     assert_eq!(
         lines.next_line().await.unwrap().unwrap(),
-        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 5; the client said codemode version 0"}"#
+        r#"{"type":"error","kind":"hello","message":"this server speaks codemode versions 1 to 6; the client said codemode version 0"}"#
     );
 }
 

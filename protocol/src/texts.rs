@@ -215,6 +215,32 @@ pub const LIMIT_NEEDS_VERSION: Template = Template(
     "The daemon speaks codemode version {version}, and {limit} needs version {needed} or newer. Upgrade the daemon, or run without {limit}.",
 );
 
+// ---- Approvals ----
+
+/// The JSDoc line of a tool that needs a person's approval, in the declarations.
+pub const NEEDS_APPROVAL_DOC: &str = "Each call waits for a person's approval before it runs, and rejects if they deny it or do not answer in time: call it only when the task needs it.";
+
+/// The rejection of a held call a person denied: the host's reason follows.
+pub const APPROVAL_DENIED: Template = Template("The call {provider}.{tool} was denied: {reason}");
+
+/// The rejection of a held call nobody decided within the approval timeout.
+pub const APPROVAL_TIMED_OUT: Template =
+    Template("The call {provider}.{tool} was not approved within {ms} ms, so it was not made.");
+
+/// The rejection of a call that needs approval when the host has nobody to ask.
+pub const APPROVAL_UNAVAILABLE: Template = Template(
+    "The call {provider}.{tool} needs a person's approval, and this host has no way to ask for it, so it was not made.",
+);
+
+/// A decision for a held call that is not waiting for one.
+pub const APPROVAL_NOT_HELD: Template = Template(
+    "Held call {id} is not waiting for a decision: it was decided already, timed out, or its run ended.",
+);
+
+/// A decision approving with edited arguments that are not JSON.
+pub const APPROVAL_BAD_ARGUMENTS: Template =
+    Template("The edited arguments for held call {id} are not JSON ({problem}); send an array or an object.");
+
 /// The program made one call more than `maxCalls` allows; that call was never sent.
 pub const CALL_LIMIT: Template = Template(
     "Execution reached its limit of {limit} calls (tool calls and fetches together); the call over it was not sent.",

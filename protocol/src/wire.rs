@@ -24,8 +24,11 @@ pub const PROTOCOL_NAME: &str = "codemode";
 /// `internal`, [`OutcomeKind::for_version`]) and the execute request's `webAssembly`;
 /// version 5 adds the execute request's `cpuTimeLimitMs` and `maxCalls` and their outcome
 /// kinds [`OutcomeKind::CpuTime`] and [`OutcomeKind::CallLimit`] (below it, `timeout` and
-/// `internal`).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// `internal`); version 6 adds [`ClientMessage::Hold`] and [`ClientMessage::Unhold`].
+pub const PROTOCOL_VERSION: u32 = 6;
+
+/// The first version whose clients may hold a run's wall clock ([`ClientMessage::Hold`]).
+pub const HOLD_VERSION: u32 = 6;
 
 /// The exit status of a worker process (`codemode stdio` under process isolation) whose
 /// engine could not get memory from the operating system (the host capped the worker's
@@ -530,6 +533,18 @@ pub enum ClientMessage {
     Ping {
         /// Echoed in the pong.
         id: u64,
+    },
+    /// Version 6: a call of the execution is held on the host for a person's decision:
+    /// its wall clock stops until as many [`ClientMessage::Unhold`] arrive (holds nest).
+    /// Not sent below version 6 (an older server refuses it).
+    Hold {
+        /// The execution whose clock stops.
+        execution: u64,
+    },
+    /// Version 6: one hold of the execution ended (the call was decided).
+    Unhold {
+        /// The execution whose clock runs again once no hold is left.
+        execution: u64,
     },
 }
 

@@ -228,14 +228,22 @@ fn a_deep_result_crosses_the_wire() {
 
 #[test]
 fn a_connection_speaks_the_newest_version_both_sides_speak() {
-    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 5));
+    assert_eq!((OLDEST_PROTOCOL_VERSION, PROTOCOL_VERSION), (1, 6));
     assert_eq!(negotiate(1), Some(1));
     assert_eq!(negotiate(2), Some(2));
     assert_eq!(negotiate(3), Some(3));
     assert_eq!(negotiate(4), Some(4));
     assert_eq!(negotiate(5), Some(5));
-    assert_eq!(negotiate(7), Some(5), "a newer client is answered with this side's newest");
+    assert_eq!(negotiate(6), Some(6));
+    assert_eq!(negotiate(7), Some(6), "a newer client is answered with this side's newest");
     assert_eq!(negotiate(0), None);
+}
+
+/// Version 6's holds: a client stops and restarts an execution's wall clock.
+#[test]
+fn hold_and_unhold() {
+    test_serialization(&ClientMessage::Hold { execution: 3 }, r#"{"type":"hold","execution":3}"#);
+    test_serialization(&ClientMessage::Unhold { execution: 3 }, r#"{"type":"unhold","execution":3}"#);
 }
 
 #[test]
@@ -246,7 +254,7 @@ fn messages() {
     );
     test_serialization(
         &ClientMessage::Hello(Hello::current()),
-        r#"{"type":"hello","protocol":"codemode","version":5}"#,
+        r#"{"type":"hello","protocol":"codemode","version":6}"#,
     );
     test_serialization(
         &ServerMessage::Log { execution: 1, level: LogLevel::Warn, line: "[warn] low".into() },

@@ -66,6 +66,9 @@ struct SpecTool {
     input_schema: Option<Json>,
     #[serde(default)]
     output_schema: Option<Json>,
+    /// Each call waits for a person's approval (`codemode run` asks on the terminal).
+    #[serde(default)]
+    needs_approval: bool,
     /// Answer with the rows of this read-only statement; the arguments fill its
     /// parameters (`:name` from a named parameter or option, `?` in order).
     #[serde(default)]
@@ -182,6 +185,7 @@ fn tool_spec(tool: &SpecTool) -> ToolSpec {
         description: tool.description.clone(),
         input_schema: tool.input_schema.clone(),
         output_schema: tool.output_schema.clone(),
+        needs_approval: tool.needs_approval,
     }
 }
 

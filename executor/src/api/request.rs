@@ -2,13 +2,16 @@
 //! (the dispatch and the outbound handler).
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use codemode_protocol::{Dispatch, ExecuteRequest, ProviderDescriptor};
 
+use crate::api::approval::{Approval, ApprovalPolicy, Approvals, Holding, ToolPattern};
+use crate::api::clock::RunClock;
 use crate::api::config::{ExecutorConfig, Limits};
 use crate::api::outbound::Outbound;
-use crate::api::toolbox::{CallContext, ExecutionEnd, Toolbox};
+use crate::api::toolbox::{CallContext, ExecutionEnd, ExecutionId, Toolbox};
 use crate::api::watch::{self, Callback, Delivery, Event, Watcher};
 
 /// One execution: code, providers, the host's dispatch and network policy, and overrides.
@@ -35,6 +38,13 @@ pub struct Request {
     /// Reads the answers waiting on the connection, when the execution's thread may
     /// (a connection's lent input: `wire::lend`).
     pub(crate) answers: Option<ReadAnswers>,
+    /// The toolbox's tools marked as needing approval, once it is opened.
+    toolbox_marks: Option<Vec<ToolPattern>>,
+    /// Which calls a person decides, and where they are held ([`Request::approvals`]).
+    pub(crate) approval: Option<(ApprovalPolicy, Option<Approvals>)>,
+    /// The run's wall clock, paused while a call is held; made when the request is
+    /// opened with an approval policy that can hold, or by a wire server for its client.
+    pub(crate) clock: Option<Arc<RunClock>>,
 }
 
 /// What an execution's thread calls while it waits awake for an answer.
@@ -67,6 +77,9 @@ impl Request {
             on_event: None,
             watcher: None,
             answers: None,
+            toolbox_marks: None,
+            approval: None,
+            clock: None,
         }
     }
 
@@ -105,6 +118,9 @@ impl Request {
             on_event: None,
             watcher: None,
             answers: None,
+            toolbox_marks: None,
+            approval: None,
+            clock: None,
         }
     }
 
@@ -135,10 +151,74 @@ impl Request {
         self
     }
 
+    /// Hold the calls `policy` asks about in `approvals` until a person decides them, the
+    /// run's wall clock paused meanwhile (its deadline moves by the time held; a CPU
+    /// budget never counts waiting). A tool the toolbox marks as needing approval is
+    /// always asked. Deny and the policy's approval timeout reject at the call site
+    /// (`texts::APPROVAL_DENIED`, `texts::APPROVAL_TIMED_OUT`); the watch reports each
+    /// held and decided call. The same under every executor: the policy and the decisions
+    /// stay in this process.
+    ///
+    /// ```
+    /// use codemode_executor::{ApprovalPolicy, Approvals, Decision, Executor, Request};
+    /// use codemode_protocol::{ProviderDescriptor, ToolCall};
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let approvals = Approvals::new();
+    /// let policy = ApprovalPolicy::new().ask("store.delete".parse().unwrap());
+    /// let request = Request::new("async () => await store.delete(7)")
+    ///     .provider(ProviderDescriptor::new("store", ["delete"]))
+    ///     .dispatch(|_: ToolCall| async { r#"{"result":"deleted"}"#.to_owned() })
+    ///     .approvals(policy, &approvals);
+    /// let run = tokio::spawn(async move { Executor::default().execute(request).await });
+    /// while approvals.held().is_empty() {
+    ///     tokio::task::yield_now().await;
+    /// }
+    /// let held = &approvals.held()[0];
+    /// assert_eq!((held.provider.as_str(), held.tool.as_str(), held.arguments.as_str()), ("store", "delete", "[7]"));
+    /// approvals.decide(held.id, Decision::Approve).unwrap();
+    /// assert_eq!(run.await.unwrap().to_json_string(), r#"{"result":"deleted","logs":[]}"#);
+    /// # });
+    /// ```
+    pub fn approvals(mut self, policy: ApprovalPolicy, approvals: &Approvals) -> Request {
+        self.approval = Some((policy, Some(approvals.clone())));
+        self
+    }
+
+    /// An approval policy with nobody to ask: calls it asks about are refused at the call
+    /// site (`texts::APPROVAL_UNAVAILABLE`); its denials and passes hold as written.
+    pub fn approval_policy(mut self, policy: ApprovalPolicy) -> Request {
+        self.approval = Some((policy, None));
+        self
+    }
+
+    /// The request's dispatch with its approval policy in front (and the toolbox's marked
+    /// tools always asked), its run's clock made for the holds; `watcher` hears them.
+    fn hold_asked_calls(&mut self, watcher: Option<&Watcher>) {
+        let marked = self.toolbox_marks.take().unwrap_or_default();
+        if self.approval.is_none() && marked.is_empty() {
+            return;
+        }
+        let (policy, approvals) = self.approval.take().unwrap_or_else(|| (ApprovalPolicy::new(), None));
+        let policy =
+            marked.into_iter().rev().fold(policy, |policy, pattern| policy.first(pattern, Approval::Always));
+        let clock = self.clock.get_or_insert_with(RunClock::new).clone();
+        self.dispatch = Some(Arc::new(Holding {
+            inner: self.dispatch.take(),
+            policy,
+            approvals,
+            execution: ExecutionId::next(),
+            calls: AtomicU64::new(0),
+            clock,
+            watcher: watcher.cloned(),
+        }));
+    }
+
     /// The request one execution runs: its toolbox opened for this execution (a fresh
     /// [`CallContext`]), and the guard that ends that context when the run ends.
     pub(crate) fn open(mut self) -> (Request, Option<ExecutionEnd>) {
         let Some(toolbox) = self.toolbox.take() else { return (self, None) };
+        self.toolbox_marks = Some(toolbox.approval_patterns());
         let (context, end) = CallContext::new();
         let mut dispatch = toolbox.dispatch(context);
         if let Some(fallback) = self.dispatch.take() {
@@ -189,6 +269,12 @@ impl Request {
     /// The watcher the run reports through and the delivery to the host's callback,
     /// when the request is watched.
     pub(crate) fn watch(&mut self) -> (Option<Watcher>, Option<Delivery>) {
+        let watched = self.watcher_and_delivery();
+        self.hold_asked_calls(watched.0.as_ref());
+        watched
+    }
+
+    fn watcher_and_delivery(&mut self) -> (Option<Watcher>, Option<Delivery>) {
         if let Some(watcher) = self.watcher.take() {
             return (Some(watcher), None);
         }
@@ -205,13 +291,20 @@ impl Request {
     /// host (the request's dispatch and outbound handler report them); the watcher stays
     /// in the request for the wire's log and waiting messages.
     pub(crate) fn watch_host_side(mut self) -> (Request, Option<Delivery>) {
-        let (watcher, delivery) = self.watch();
+        let (watcher, delivery) = self.watcher_and_delivery();
+        self.hold_asked_calls(watcher.as_ref());
         if let Some(watcher) = &watcher {
             self.dispatch = self.dispatch.take().map(|inner| watch::watched_dispatch(inner, watcher));
             self.outbound = self.outbound.take().map(|inner| watch::watched_outbound(inner, watcher));
         }
         self.watcher = watcher;
         (self, delivery)
+    }
+
+    /// Run with `clock` as its wall clock (a wire server's, held by its client).
+    pub(crate) fn with_clock(mut self, clock: Arc<RunClock>) -> Request {
+        self.clock = Some(clock);
+        self
     }
 
     /// Watch the run with `watcher` (the wire server's forwarder).

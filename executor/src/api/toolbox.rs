@@ -202,6 +202,16 @@ impl Provider {
         self.tool(name, description, move |args: A, context| std::future::ready(handler(args, context)))
     }
 
+    /// Mark the tool `tool` (registered already) as needing a person's approval for each
+    /// call: the declarations say so, and a request serving this toolbox holds its calls
+    /// for [`crate::Approvals`] (or refuses them where the request has none).
+    pub fn needs_approval(mut self, tool: &str) -> Provider {
+        for spec in self.spec.tools.iter_mut().filter(|spec| spec.name == tool) {
+            spec.needs_approval = true;
+        }
+        self
+    }
+
     /// Register a tool described by `spec` (its schemas written as data: a spec file, an
     /// MCP server) whose arguments are read as any `A`, such as `serde_json::Value`.
     pub fn spec_tool<A, T, E, F, Fut>(mut self, spec: ToolSpec, handler: F) -> Provider
@@ -317,6 +327,22 @@ impl Toolbox {
     /// Every provider with its tools' JSON Schemas, for a model that reads schemas.
     pub fn json_schemas(&self) -> Json {
         self.inner.table.json_schemas()
+    }
+
+    /// The tools marked as needing approval, as `provider.tool` patterns: each by the name
+    /// it was registered under and by its name in the sandbox.
+    pub(crate) fn approval_patterns(&self) -> Vec<crate::api::approval::ToolPattern> {
+        let table = &self.inner.table;
+        let mut patterns = Vec::new();
+        for (p, provider) in table.providers().iter().enumerate() {
+            for (t, tool) in provider.tools.iter().enumerate().filter(|(_, tool)| tool.needs_approval) {
+                let sandbox = table.sandbox_name(codemode_protocol::tools::Route { provider: p, tool: t });
+                for name in [tool.name.as_str(), sandbox] {
+                    patterns.push(crate::api::approval::ToolPattern::exact(&provider.name, name));
+                }
+            }
+        }
+        patterns
     }
 
     /// The tool an agent offers the model, with the declarations in its description.

@@ -67,6 +67,13 @@ pub enum Event {
     /// settle, and the run ends at its timeout. Across a wire, reported when the peer
     /// speaks wire protocol version 3 or newer.
     Waiting { calls: usize, timers: usize },
+    /// A call was held for a person's decision before its dispatch (an approval policy
+    /// asked): `held` is its id in the host's `Approvals`; the arguments are cut to
+    /// [`ARGUMENTS_PREVIEW_BYTES`]. The run's wall clock is paused while any is held.
+    CallHeld { held: u64, provider: String, tool: String, arguments: String },
+    /// The held call `held` was decided (or timed out): an approved one goes on to the
+    /// dispatch, a denied or timed-out one rejects at its call site.
+    CallDecided { held: u64, decided: crate::api::approval::Decided },
     /// This many events did not fit the queue ([`EVENT_QUEUE`]) because the host read
     /// them slower than the program made them; they are lost to the watcher (the
     /// outcome still has every kept log line).

@@ -8,6 +8,7 @@ use std::time::Instant;
 use codemode_protocol::{Outcome, OutcomeKind, entry_scope};
 use tokio::runtime::Handle;
 
+use crate::api::clock::Deadline;
 use crate::api::config::{EngineKind, ExecutorConfig};
 use crate::api::execute::{Execute, ExecuteFuture, Profile, RetainFuture, RetainedEngine, RetainedExecution};
 use crate::api::request::Request;
@@ -173,21 +174,20 @@ impl Executor {
             deliver,
             answers: request.answers.clone(),
         };
-        let deadline = started + limits.timeout;
+        let deadline = Deadline::new(started, limits.timeout, request.clock.clone());
         let (timed_out, watched, timeout) = (events.clone(), control.clone(), Settlement::timeout(&limits));
-        let (watched_done, deadline_watch) = (done.clone(), stop_watch.clone());
-        self.inner.watchdog.at(
-            deadline,
-            Some(done.clone()),
+        let deadline_watch = stop_watch.clone();
+        watch_deadline(
+            &self.inner.watchdog,
+            deadline.clone(),
+            done.clone(),
             Box::new(move || {
-                if !watched_done.load(Ordering::Acquire) {
-                    watched.stop();
-                    // An engine still running a while after its stop is counted, never waited
-                    // for. Watched before the outcome goes: the host, once it has the outcome,
-                    // drops the run's ticket, whose stop is this one, not a cancel.
-                    deadline_watch.stopped(Cause::Deadline);
-                    let _ = timed_out.send(Event::Settled(timeout));
-                }
+                watched.stop();
+                // An engine still running a while after its stop is counted, never waited
+                // for. Watched before the outcome goes: the host, once it has the outcome,
+                // drops the run's ticket, whose stop is this one, not a cancel.
+                deadline_watch.stopped(Cause::Deadline);
+                let _ = timed_out.send(Event::Settled(timeout));
             }),
         );
         let cpu_watch = limits.cpu_time_limit.map(|limit| {
@@ -286,6 +286,33 @@ impl Execute for Executor {
     fn stuck_engines(&self) -> Option<usize> {
         Some(Executor::stuck_engines(self))
     }
+}
+
+/// Have the watchdog run `at_deadline` once `deadline` has passed, unless the run is
+/// `done` first. A deadline that moved (a call was held meanwhile) is looked at again
+/// when it now falls due.
+fn watch_deadline(
+    watchdog: &Watchdog,
+    deadline: Deadline,
+    done: Arc<AtomicBool>,
+    at_deadline: Box<dyn FnOnce() + Send>,
+) {
+    let again = watchdog.clone();
+    let now = Instant::now();
+    watchdog.at(
+        deadline.next(now),
+        Some(done.clone()),
+        Box::new(move || {
+            if done.load(Ordering::Acquire) {
+                return;
+            }
+            if deadline.passed(Instant::now()) {
+                at_deadline();
+            } else {
+                watch_deadline(&again, deadline, done, at_deadline);
+            }
+        }),
+    );
 }
 
 /// A request the entry scope refused: a provider name breaks a rule, or the code does not parse.

@@ -38,6 +38,7 @@ use codemode_protocol::{Outcome, OutcomeKind, texts};
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, Command};
 
+use crate::api::clock::{Deadline, within};
 use crate::api::config::{EngineKind, Limits};
 use crate::api::request::Request;
 use crate::api::watch::{Logs, WireEvents};
@@ -200,7 +201,8 @@ impl ProcessPool {
     async fn run_on(&self, mut worker: Worker, request: &Request, limits: &Limits) -> Outcome {
         let shared = &self.shared;
         let timeout = limits.timeout;
-        let deadline = tokio::time::Instant::now() + timeout + KILL_GRACE;
+        // The worker's own deadline pauses while a call is held (it hears the holds); so does this one.
+        let deadline = Deadline::new(std::time::Instant::now(), timeout + KILL_GRACE, request.clock.clone());
         if let Some(pid) = worker.child.id()
             && let Err(problem) = confine::cap_worker_memory(pid, limits.memory_limit_bytes)
         {
@@ -209,7 +211,7 @@ impl ProcessPool {
         // Unless the worker goes back to the pool, a fresh one is started as this run ends
         // (or is dropped: the worker is killed with it), so the next run finds one ready.
         let mut replace = Replace { shared, armed: true };
-        match tokio::time::timeout_at(deadline, run(&mut worker, request, limits)).await {
+        match within(&deadline, run(&mut worker, request, limits)).await.ok_or(()) {
             Ok(Ok(outcome)) => {
                 let spent = matches!(
                     outcome.kind(),
@@ -448,6 +450,7 @@ async fn run(worker: &mut Worker, request: &Request, limits: &Limits) -> Result<
         outbound: request.outbound.clone(),
         admission: Admission::new(limits.max_payload_bytes, limits.max_calls_in_flight),
         events,
+        clock: request.clock.clone(),
     };
     let mut wire = request.to_wire();
     wire.events = handlers.events.is_some();

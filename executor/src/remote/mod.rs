@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use crate::api::clock::{Deadline, within};
 use codemode_protocol::wire::{CPU_AND_CALL_LIMITS_VERSION, ClientMessage, ExecuteRequest};
 use codemode_protocol::{Outcome, OutcomeKind, texts};
 
@@ -422,7 +423,9 @@ impl RemoteExecutor {
         wire.retain_handles = retain;
         let max = self.fleet.options.max_frame_bytes;
         let timeout = request.timeout.unwrap_or(DEFAULT_TIMEOUT);
-        let deadline = tokio::time::Instant::now() + timeout + ANSWER_GRACE;
+        // Paused, like the daemon's own, while a call is held for a person's decision.
+        let deadline =
+            Deadline::new(std::time::Instant::now(), timeout + ANSWER_GRACE, request.clock.clone());
         // Daemons this execute may not go to again, and what the last one said.
         let mut tried: Vec<Arc<Remote>> = Vec::new();
         let mut failure = None;
@@ -462,11 +465,12 @@ impl RemoteExecutor {
                 outbound: request.outbound.clone(),
                 admission: admission(&request),
                 events,
+                clock: request.clock.clone(),
             };
             let mut submitted = connection.submit(execution, frame, handlers);
             let ended = if submitted.sent {
                 remote.sent.fetch_add(1, Ordering::AcqRel);
-                tokio::time::timeout_at(deadline, &mut submitted.ended).await
+                within(&deadline, &mut submitted.ended).await.ok_or(())
             } else {
                 Ok(Ok(Ended::NotStarted))
             };

@@ -29,6 +29,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use spin::Polled;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::api::clock::Deadline;
 use crate::api::config::Limits;
 use crate::api::watch::{Event as Watched, Watcher};
 use crate::budget::Budget;
@@ -60,7 +61,7 @@ pub(crate) struct Job {
     /// The way from a place in the entry scope back to the code as sent.
     pub(crate) program: ProgramMap,
     pub(crate) limits: Limits,
-    pub(crate) deadline: Instant,
+    pub(crate) deadline: Deadline,
     pub(crate) host: Arc<Host>,
     pub(crate) retain: bool,
     pub(crate) events: UnboundedSender<Event>,
@@ -316,7 +317,7 @@ struct Execution<E: Engine> {
     settlement: Option<Settlement>,
     reported: bool,
     retain: bool,
-    deadline: Instant,
+    deadline: Deadline,
     inbox: Receiver<Message>,
     answer_spin: Duration,
     /// Answers taken from the inbox so far.
@@ -536,7 +537,7 @@ impl<E: Engine> Execution<E> {
             (Some(Limit::Calls), _, Some(limit)) => return Settlement::call_limit(limit),
             _ => {}
         }
-        if Instant::now() >= self.deadline {
+        if self.deadline.passed(Instant::now()) {
             return Settlement::timeout(&state.limits);
         }
         Settlement::Failed(OutcomeKind::Cancelled, texts::CANCELLED.to_owned())
@@ -739,7 +740,7 @@ impl<E: Engine> Execution<E> {
             }
             let now = Instant::now();
             let settled = self.over();
-            if !settled && now >= self.deadline {
+            if !settled && self.deadline.passed(now) {
                 let timeout = Settlement::timeout(&self.state.borrow().limits);
                 self.settle(timeout);
                 continue;
@@ -747,8 +748,10 @@ impl<E: Engine> Execution<E> {
             let next_timer = self.state.borrow().timers.next_due();
             // The engine's own delayed tasks are not announced: a waiting run looks for them.
             let platform = E::PLATFORM_POLL.filter(|_| !settled).map(|poll| now + poll);
-            let wake =
-                [next_timer, (!settled).then_some(self.deadline), platform].into_iter().flatten().min();
+            let wake = [next_timer, (!settled).then(|| self.deadline.next(now)), platform]
+                .into_iter()
+                .flatten()
+                .min();
             // Nothing to run until an answer or a timer: the watcher hears what the run waits on.
             if !settled && wake.is_none_or(|at| at > now) {
                 self.state.borrow().watch_waiting();

@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod approvals;
 mod builtins_interrupt;
 mod cells;
 mod cpu_and_calls;

@@ -340,6 +340,9 @@ impl<'a> Renderer<'a> {
             None => Ty::Unknown,
         };
         let mut doc = doc_lines(&tool.description);
+        if tool.needs_approval {
+            doc.extend(doc_lines(crate::texts::NEEDS_APPROVAL_DOC));
+        }
         for (name, lines) in docs {
             let mut lines = lines.into_iter();
             if let Some(first) = lines.next() {

@@ -47,6 +47,10 @@ pub struct ToolSpec {
     /// The JSON Schema of the result; absent, the result is `unknown` to the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Json>,
+    /// A person approves each call before it reaches the tool: the declarations say so,
+    /// and a host holds the call until it is decided (denied where nobody can decide).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub needs_approval: bool,
 }
 
 impl ToolSpec {
@@ -57,7 +61,14 @@ impl ToolSpec {
             description: description.into(),
             input_schema: None,
             output_schema: None,
+            needs_approval: false,
         }
+    }
+
+    /// Marked as needing a person's approval for each call ([`ToolSpec::needs_approval`]).
+    pub fn needing_approval(mut self) -> ToolSpec {
+        self.needs_approval = true;
+        self
     }
 
     /// With the JSON Schema of its arguments.

@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use codemode_protocol::wire::{
-    ClientMessage, FetchAnswer, FetchRequest, Hello, ProtocolErrorKind, ServerMessage,
+    ClientMessage, FetchAnswer, FetchRequest, HOLD_VERSION, Hello, ProtocolErrorKind, ServerMessage,
 };
 use codemode_protocol::{Dispatch, Outcome, ToolCall, ToolNotFoundError, error_envelope, texts};
 use tokio::io::{AsyncBufRead, AsyncRead, AsyncWrite, BufReader};
@@ -32,6 +32,7 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use self::admit::{Admission, InFlight};
+use crate::api::clock::RunClock;
 use crate::api::execute::RetainedEngine;
 use crate::api::outbound::{Outbound, to_fetch_answer};
 use crate::api::watch::WireEvents;
@@ -211,6 +212,19 @@ impl Session {
     /// the handlers its calls meet. The run ends as the returned [`Submitted`] says; dropping
     /// it before the outcome cancels the execution on the peer.
     pub(crate) fn submit(self: &Arc<Self>, execution: u64, frame: Vec<u8>, handlers: Handlers) -> Submitted {
+        if let Some(clock) = handlers.clock.as_ref().filter(|_| self.version >= HOLD_VERSION) {
+            let session = Arc::downgrade(self);
+            clock.on_change(Box::new(move |held| {
+                let message = if held {
+                    ClientMessage::Hold { execution }
+                } else {
+                    ClientMessage::Unhold { execution }
+                };
+                if let Some(session) = session.upgrade() {
+                    session.out.send(&message);
+                }
+            }));
+        }
         let (done, ended) = oneshot::channel();
         let dispatched = Arc::new(AtomicBool::new(false));
         let pending = Pending { handlers, done, dispatched: dispatched.clone() };
@@ -254,6 +268,9 @@ pub(crate) struct Handlers {
     pub(crate) outbound: Option<Arc<dyn Outbound>>,
     pub(crate) admission: Admission,
     pub(crate) events: Option<WireEvents>,
+    /// The run's clock, held while a call waits for a person: the peer hears each hold
+    /// and release (version 6), so its deadline pauses too.
+    pub(crate) clock: Option<Arc<RunClock>>,
 }
 
 /// An execute sent on a session.

@@ -40,8 +40,8 @@ use std::time::{Duration, Instant};
 
 use codemode_protocol::texts;
 use codemode_protocol::wire::{
-    ClientMessage, FetchAnswer, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_NAME, PROTOCOL_VERSION,
-    ProtocolError, ProtocolErrorKind, RefusalReason, ServerMessage, negotiate,
+    ClientMessage, FetchAnswer, HOLD_VERSION, Hello, OLDEST_PROTOCOL_VERSION, PROTOCOL_NAME,
+    PROTOCOL_VERSION, ProtocolError, ProtocolErrorKind, RefusalReason, ServerMessage, negotiate,
 };
 use codemode_protocol::{Dispatch, ExecuteRequest, Outcome, OutcomeKind, ToolCall, error_envelope};
 use tokio::io::{AsyncBufRead, AsyncWrite};
@@ -50,6 +50,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::api::clock::{Hold, RunClock};
 use crate::api::outbound::{Outbound, OutboundFuture, OutboundRequest, from_fetch_answer};
 use crate::api::watch::{self, Event};
 use crate::in_process::host::{CallAnswer, Claim, claim_call};
@@ -465,6 +466,7 @@ where
         running: Arc::default(),
         retained: Arc::default(),
         unsent: Arc::default(),
+        clocks: Arc::default(),
     };
     let drain = options.drain.clone().unwrap_or_default();
     let mut told_draining = false;
@@ -601,6 +603,10 @@ async fn greet<R: AsyncBufRead + Unpin>(
     }
 }
 
+/// The most held time a client's holds ([`ClientMessage::Hold`]) take off one execution's
+/// deadline: past it the clock runs again, so a client cannot keep an engine here forever.
+pub const MAX_HELD: Duration = Duration::from_secs(3600);
+
 /// One connection's executions: the executor they run on, what runs, what waits for the
 /// client's answer, what is retained, and what waits to send its outcome.
 struct Executions {
@@ -615,6 +621,17 @@ struct Executions {
     retained: Retained,
     /// Executions whose outcome waits to be queued.
     unsent: Arc<Mutex<HashSet<u64>>>,
+    /// Version 6: the wall clocks of running executions, which the client holds while a
+    /// call waits for a person's decision.
+    clocks: Arc<Mutex<HashMap<u64, HeldClock>>>,
+}
+
+/// A running execution's clock and the holds its client has on it.
+struct HeldClock {
+    clock: Arc<RunClock>,
+    /// Holds the client sent less those it ended: a count, so any number costs nothing.
+    holds: u64,
+    hold: Option<Hold>,
 }
 
 impl Executions {
@@ -644,6 +661,22 @@ impl Executions {
             ClientMessage::Cancel { execution } => self.cancel(execution),
             ClientMessage::Release { execution } => {
                 lock(&self.retained).remove(&execution);
+            }
+            ClientMessage::Hold { execution } => {
+                if let Some(held) = lock(&self.clocks).get_mut(&execution) {
+                    held.holds = held.holds.saturating_add(1);
+                    if held.hold.is_none() {
+                        held.hold = Some(held.clock.hold());
+                    }
+                }
+            }
+            ClientMessage::Unhold { execution } => {
+                if let Some(held) = lock(&self.clocks).get_mut(&execution) {
+                    held.holds = held.holds.saturating_sub(1);
+                    if held.holds == 0 {
+                        held.hold = None;
+                    }
+                }
             }
         }
         Ok(())
@@ -762,6 +795,13 @@ impl Executions {
             let forward = watch::forwarding(Arc::new(move |event: &Event| forwarder.forward(event)));
             request = request.forward_events(forward);
         }
+        if self.version >= HOLD_VERSION {
+            // Held time past MAX_HELD counts against the deadline again: a client cannot
+            // keep an engine here forever by holding its clock.
+            let clock = RunClock::capped(MAX_HELD);
+            lock(&self.clocks).insert(execution, HeldClock { clock: clock.clone(), holds: 0, hold: None });
+            request = request.with_clock(clock);
+        }
         (request, forwarder)
     }
 
@@ -775,7 +815,8 @@ impl Executions {
     ) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (executor, out) = (self.executor.clone(), self.out.clone());
         let (running, retained, unsent) = (self.running.clone(), self.retained.clone(), self.unsent.clone());
-        let (waiting, fetch_waiting) = (self.waiting.clone(), self.fetch_waiting.clone());
+        let (waiting, fetch_waiting, clocks) =
+            (self.waiting.clone(), self.fetch_waiting.clone(), self.clocks.clone());
         async move {
             let Run { execution, retain, mut slot, forwarder, started } = run;
             let _ = gate.await;
@@ -791,6 +832,7 @@ impl Executions {
             } else {
                 executor.execute(request).await
             };
+            lock(&clocks).remove(&execution);
             // Nothing after the outcome: a retained engine's late lines stay there.
             if let Some(forwarder) = &forwarder {
                 forwarder.close();
@@ -831,6 +873,7 @@ impl Executions {
     /// The client cancels `execution`: a running one ends `cancelled` with its text; a
     /// retained one is released.
     fn cancel(&self, execution: u64) {
+        lock(&self.clocks).remove(&execution);
         if let Some(task) = lock(&self.running).remove(&execution) {
             task.abort();
             lock(&self.waiting).retain(|(owner, _), _| *owner != execution);
