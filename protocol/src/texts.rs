@@ -241,6 +241,24 @@ pub const APPROVAL_NOT_HELD: Template = Template(
 pub const APPROVAL_BAD_ARGUMENTS: Template =
     Template("The edited arguments for held call {id} are not JSON ({problem}); send an array or an object.");
 
+/// `codemode run --ask`: how a held call is shown on the terminal (stderr).
+pub const ASK_CALL: Template = Template("codemode: the program calls {provider}.{tool} with\n{arguments}\n");
+
+/// `codemode run --ask`: the question after an asked call, asked again until answered.
+pub const ASK_PROMPT: &str = "Approve? y to run it, n [REASON] to refuse it: ";
+
+/// The reason of a call refused at the terminal with `n` and no reason.
+pub const ASK_DENIED_AT_TERMINAL: &str = "denied at the terminal";
+
+/// The reason of an asked call when the terminal closed before an answer.
+pub const ASK_TERMINAL_CLOSED: &str = "the terminal closed before anyone answered";
+
+/// The reason of an asked call when there is no terminal to ask on.
+pub const APPROVAL_NO_TERMINAL: &str = "approval was required and there was no terminal to ask on (codemode run --ask reads the answer from a terminal on stdin)";
+
+/// The reason of a call refused by a `--deny PATTERN` flag.
+pub const DENIED_BY_FLAG: Template = Template("refused by --deny {pattern}");
+
 /// The program made one call more than `maxCalls` allows; that call was never sent.
 pub const CALL_LIMIT: Template = Template(
     "Execution reached its limit of {limit} calls (tool calls and fetches together); the call over it was not sent.",

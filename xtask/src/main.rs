@@ -239,7 +239,7 @@ fn ci() -> Result<(), String> {
     ])?;
     eprintln!("xtask: the engine suite on every engine built in, V8 included, and the CLI with --engine v8");
     cargo(&["test", "-p", "codemode-executor", "--features", "v8", "--test", "engines"])?;
-    cargo(&["test", "-p", "codemode-cli", "--features", "v8", "--test", "cli"])?;
+    cargo(&["test", "-p", "codemode-cli", "--features", "v8", "--test", "cli", "--test", "ask"])?;
     cargo(&["test", "-p", "codemode-cli", "--features", "v8,confinement-probe", "--test", "confinement"])?;
     eprintln!(
         "xtask: the conformance matrix with its V8 column (every transcript on V8 in-process, over stdio and behind daemons)"

@@ -8,6 +8,7 @@
 //! 130 for a run Ctrl-C interrupted (its outcome keeps the logs written until then).
 
 mod admin;
+mod ask;
 mod db;
 mod fixture;
 #[cfg(feature = "mcp")]
@@ -24,8 +25,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use codemode_executor::daemon::{RemoteOptions, RemoteTls};
 use codemode_executor::{
-    Confinement, Endpoints, EngineKind, Executor, ExecutorConfig, ProcessExecutor, Provider, RemoteExecutor,
-    Request, Toolbox, WorkerCommand,
+    ApprovalPolicy, Confinement, Endpoints, EngineKind, Executor, ExecutorConfig, ProcessExecutor, Provider,
+    RemoteExecutor, Request, Toolbox, WorkerCommand,
 };
 use codemode_protocol::ToolTable;
 
@@ -78,6 +79,8 @@ enum Command {
         memory_limit_bytes: Option<usize>,
         #[command(flatten)]
         budget: BudgetArgs,
+        #[command(flatten)]
+        approval: ask::ApprovalArgs,
         /// Where the program runs: in this process, or in a worker process killed on overrun.
         #[arg(long, value_enum, default_value_t = IsolationArg::InProcess)]
         isolation: IsolationArg,
@@ -336,12 +339,17 @@ fn main() -> ExitCode {
             timeout_ms,
             memory_limit_bytes,
             budget,
+            approval,
             isolation,
             confinement,
             engine,
             connect,
             view,
         } => {
+            let policy = match approval.policy() {
+                Ok(policy) => policy,
+                Err(problem) => return usage_error(problem),
+            };
             // Over --connect the daemon's engine runs it, and refuses what it cannot.
             let checked =
                 if connect.connect.is_empty() { engine.kind_with_web_assembly() } else { engine.kind() };
@@ -360,7 +368,7 @@ fn main() -> ExitCode {
             match run(
                 program,
                 sources,
-                (timeout_ms, memory_limit_bytes, budget),
+                (timeout_ms, memory_limit_bytes, budget, policy),
                 (isolation, confinement),
                 (engine, web_assembly),
                 connect,
@@ -528,7 +536,12 @@ fn read_program(program: &Path) -> Result<String, String> {
 fn run(
     program: PathBuf,
     sources: Sources,
-    (timeout_ms, memory_limit_bytes, budget): (Option<u64>, Option<usize>, BudgetArgs),
+    (timeout_ms, memory_limit_bytes, budget, policy): (
+        Option<u64>,
+        Option<usize>,
+        BudgetArgs,
+        ApprovalPolicy,
+    ),
     (isolation, confinement): (IsolationArg, Confinement),
     (engine, web_assembly): (EngineKind, bool),
     connect: ConnectArgs,
@@ -563,7 +576,7 @@ fn run(
     if let Some(bytes) = memory_limit_bytes {
         request = request.memory_limit_bytes(bytes);
     }
-    request = budget.apply(request);
+    request = budget.apply(request).approvals(policy, &ask::terminal_approvals());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
