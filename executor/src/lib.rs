@@ -88,6 +88,7 @@ pub use service::serve_config::{
 #[doc = include_str!("../../docs/network.md")]
 #[doc = include_str!("../../docs/daemon.md")]
 #[doc = include_str!("../../docs/watching.md")]
+#[doc = include_str!("../../docs/approvals.md")]
 #[doc = include_str!("../../README.md")]
 pub struct Guides;
 
