@@ -56,8 +56,8 @@ pub use api::toolbox;
 pub use service::{daemon, metrics, tls};
 
 pub use api::approval::{
-    Approval, ApprovalPolicy, Approvals, Ask, DEFAULT_APPROVAL_TIMEOUT, Decided, Decision, DecisionError,
-    HeldCall, HeldId, PatternError, ToolPattern, Verdict,
+    Approval, ApprovalPolicy, Approvals, Ask, DEFAULT_APPROVAL_TIMEOUT, Decision, DecisionError, HeldCall,
+    HeldId, PatternError, ToolPattern, Verdict,
 };
 pub use api::config::{
     DEFAULT_ANSWER_SPIN, EngineKind, ExecutorConfig, LimitError, Limits, ParseEngineError, WorkerCommand,
@@ -69,7 +69,7 @@ pub use api::outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundRespo
 pub use api::request::Request;
 pub use api::toolbox::{CallContext, ExecutionId, Provider, Toolbox};
 pub use api::watch::{
-    ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
+    ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, Decided, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
 };
 pub use codemode_protocol::{Outcome, ProviderDescriptor, Value};
 pub use confine::Confinement;

@@ -152,6 +152,11 @@ async fn a_stopped_runs_worker_is_killed_at_once_and_the_next_run_finds_one_read
     };
     assert_eq!(ready.len(), 1, "{ready:?}");
     assert!(ready.is_disjoint(&before), "{before:?} then {ready:?}");
+    // Started by itself: once it has said hello it waits for the next run.
+    while executor.ready_workers() == 0 {
+        assert!(stopped.elapsed() < Duration::from_secs(5), "the replacement never said hello");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let next = executor.execute(Request::new("async () => 'next'")).await;
     assert_eq!(json(&next), r#"{"result":"next","logs":[]}"#);
     assert_eq!(worker_pids(), ready, "the next run started a worker of its own");

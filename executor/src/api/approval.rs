@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::api::clock::RunClock;
 use crate::api::toolbox::ExecutionId;
-use crate::api::watch::{ARGUMENTS_PREVIEW_BYTES, Event as Watched, Watcher, preview};
+use crate::api::watch::{ARGUMENTS_PREVIEW_BYTES, Decided, Event as Watched, Watcher, preview};
 use crate::sync::lock;
 
 /// How long a held call waits for a decision unless the policy says otherwise.
@@ -333,20 +333,6 @@ impl Approvals {
     fn forget(&self, id: HeldId) {
         lock(&self.inner.held).remove(&id);
     }
-}
-
-/// How a held call ended, as the watch reports it ([`crate::Event::CallDecided`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Decided {
-    /// Approved as made.
-    Approved,
-    /// Approved with edited arguments.
-    Edited,
-    /// Denied, with the reason.
-    Denied(String),
-    /// Nobody decided within the approval timeout.
-    TimedOut,
 }
 
 /// A request's dispatch with its policy in front: what the executors run.

@@ -218,7 +218,9 @@ impl Request {
     /// [`CallContext`]), and the guard that ends that context when the run ends.
     pub(crate) fn open(mut self) -> (Request, Option<ExecutionEnd>) {
         let Some(toolbox) = self.toolbox.take() else { return (self, None) };
-        self.toolbox_marks = Some(toolbox.approval_patterns());
+        let marked = toolbox.needing_approval().into_iter();
+        self.toolbox_marks =
+            Some(marked.map(|(provider, tool)| ToolPattern::exact(&provider, &tool)).collect());
         let (context, end) = CallContext::new();
         let mut dispatch = toolbox.dispatch(context);
         if let Some(fallback) = self.dispatch.take() {

@@ -329,16 +329,16 @@ impl Toolbox {
         self.inner.table.json_schemas()
     }
 
-    /// The tools marked as needing approval, as `provider.tool` patterns: each by the name
-    /// it was registered under and by its name in the sandbox.
-    pub(crate) fn approval_patterns(&self) -> Vec<crate::api::approval::ToolPattern> {
+    /// The tools marked as needing approval, as (provider, tool): each by the name it was
+    /// registered under and by its name in the sandbox.
+    pub(crate) fn needing_approval(&self) -> Vec<(String, String)> {
         let table = &self.inner.table;
         let mut patterns = Vec::new();
         for (p, provider) in table.providers().iter().enumerate() {
             for (t, tool) in provider.tools.iter().enumerate().filter(|(_, tool)| tool.needs_approval) {
                 let sandbox = table.sandbox_name(codemode_protocol::tools::Route { provider: p, tool: t });
                 for name in [tool.name.as_str(), sandbox] {
-                    patterns.push(crate::api::approval::ToolPattern::exact(&provider.name, name));
+                    patterns.push((provider.name.clone(), name.to_owned()));
                 }
             }
         }

@@ -73,11 +73,25 @@ pub enum Event {
     CallHeld { held: u64, provider: String, tool: String, arguments: String },
     /// The held call `held` was decided (or timed out): an approved one goes on to the
     /// dispatch, a denied or timed-out one rejects at its call site.
-    CallDecided { held: u64, decided: crate::api::approval::Decided },
+    CallDecided { held: u64, decided: Decided },
     /// This many events did not fit the queue ([`EVENT_QUEUE`]) because the host read
     /// them slower than the program made them; they are lost to the watcher (the
     /// outcome still has every kept log line).
     Dropped { events: u64 },
+}
+
+/// How a held call ended, as the watch reports it ([`crate::Event::CallDecided`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Decided {
+    /// Approved as made.
+    Approved,
+    /// Approved with edited arguments.
+    Edited,
+    /// Denied, with the reason.
+    Denied(String),
+    /// Nobody decided within the approval timeout.
+    TimedOut,
 }
 
 /// Which console method wrote a log line: the wire's own type, so a line crosses a

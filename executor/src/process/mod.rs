@@ -100,6 +100,12 @@ impl ProcessExecutor {
         &self.inner.config
     }
 
+    /// Worker processes started (their hello answered) and waiting for a run now: a run
+    /// finds one of them rather than starting its own.
+    pub fn ready_workers(&self) -> usize {
+        self.inner.pool.ready_workers()
+    }
+
     /// Run one program in a worker process. Never panics; a worker that dies mid-run ends
     /// the run `lost` and is replaced. Dropping the future kills the worker.
     pub async fn execute(&self, request: Request) -> Outcome {

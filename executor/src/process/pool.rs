@@ -159,6 +159,11 @@ impl ProcessPool {
         ProcessPool { shared: Arc::new(shared) }
     }
 
+    /// Workers started and ready for the next runs now.
+    pub(crate) fn ready_workers(&self) -> usize {
+        lock(&self.shared.idle).len()
+    }
+
     /// The outcome, and whether its logs were reported as they happened.
     pub(crate) async fn execute(&self, request: Request, limits: &Limits) -> (Outcome, Logs) {
         let shared = &self.shared;
