@@ -13,7 +13,7 @@ use crate::tools::ToolTable;
 pub const MAX_SUGGESTIONS: usize = 5;
 
 /// One tool, described: what `describe` answers.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Description {
     /// `provider.tool`, with the tool's sandbox name.

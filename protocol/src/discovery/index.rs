@@ -110,7 +110,7 @@ impl SearchRequest {
 
 /// A search's answer. Its JSON is pinned: field order as declared here, `provider` and
 /// `note` only when present.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchAnswer {
     /// The query as asked.
@@ -134,7 +134,7 @@ pub struct SearchAnswer {
 }
 
 /// One tool a search found.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Hit {
     /// `provider.tool`, as the program calls it.
