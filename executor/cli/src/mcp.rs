@@ -294,6 +294,27 @@ async fn upstream_provider(name: &str, target: Target) -> Result<Provider, Strin
     provider.map_err(|error| format!("--server {name}: {error}"))
 }
 
+/// The providers of `--server` flags, as specs (for `search` and `describe`).
+pub(crate) fn upstream_specs(servers: &[String]) -> Result<Vec<codemode_protocol::ProviderSpec>, String> {
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let servers = servers.iter().map(|s| parse_server(s)).collect::<Result<Vec<_>, _>>()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let specs = runtime.block_on(async {
+        let mut specs = Vec::new();
+        for (name, target) in servers {
+            specs.push(upstream_provider(&name, target).await?.spec().clone());
+        }
+        Ok::<_, String>(specs)
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    specs
+}
+
 /// Bind `address`; refuse one that is not loopback unless `allow_remote`.
 async fn bind(address: &str, allow_remote: bool) -> Result<tokio::net::TcpListener, String> {
     let listener = tokio::net::TcpListener::bind(address)
