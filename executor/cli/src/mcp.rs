@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_executor::cells::{DEFAULT_CELL_TIME_TO_LIVE, DEFAULT_MAX_LIVE_CELLS};
-use codemode_executor::mcp::serve::{CodeModeServer, DEFAULT_MAX_EXECUTIONS, HTTP_PATH, ServeLimits};
+use codemode_executor::mcp::serve::{
+    CodeModeServer, DEFAULT_MAX_EXECUTIONS, Discovery, HTTP_PATH, ServeLimits,
+};
 use codemode_executor::mcp::upstream;
 use codemode_executor::{
     Confinement, EngineKind, Execute, Executor, IN_PROCESS_V8_WARNING, IsolationKind, ProcessExecutor,
@@ -61,6 +63,11 @@ pub(crate) struct McpArgs {
     /// least recently.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_LIVE_CELLS)]
     max_cells: usize,
+    /// Progressive discovery: `execute` carries each provider's name, description and tool
+    /// count instead of every declaration, and the tools `search` and `describe` are listed.
+    /// auto turns it on above 100 tools or 40,000 bytes of declarations; --discovery alone is on.
+    #[arg(long, value_name = "WHEN", value_parser = ["auto", "on", "off"], default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
+    discovery: String,
     #[command(flatten)]
     engine: EngineArg,
     /// in-process, or process: each execution in a `codemode stdio` worker process killed
@@ -236,7 +243,13 @@ async fn start(
     }
     let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
     let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
-    let server = CodeModeServer::new(executor(args, engine)?, toolbox, limits).map_err(|e| e.to_string())?;
+    let discovery = match args.discovery.as_str() {
+        "on" => Discovery::On,
+        "off" => Discovery::Off,
+        _ => Discovery::Auto,
+    };
+    let server = CodeModeServer::with_discovery(executor(args, engine)?, toolbox, limits, discovery)
+        .map_err(|e| e.to_string())?;
     if names.is_empty() {
         eprintln!(
             "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"
