@@ -126,3 +126,14 @@ declare const kubernetes: {
         "No tool \"zzz.qqq\" in the catalog, and no path near it. Search for the tool by what it does."
     );
 }
+
+#[test]
+fn the_summary_layer_is_a_small_part_of_every_declaration() {
+    use codemode_protocol::discovery::discovery_code_tool;
+    let catalog = catalog();
+    let specs: Vec<_> = catalog.providers.iter().map(|p| p.spec()).collect();
+    let full = codemode_protocol::ToolTable::new(specs).unwrap().code_tool().description.len();
+    let summary = discovery_code_tool(&catalog).description.len();
+    eprintln!("every declaration {full} bytes, summary layer {summary} bytes");
+    assert!(summary * 20 < full, "{summary} vs {full}");
+}
