@@ -372,8 +372,7 @@ impl CatalogIndex {
 
 /// `score * 10000`, rounded half away from zero (as `Math.round` does for positives).
 fn rounded(score: f64) -> i64 {
-    let key = (score * 10000.0).round() as i64;
-    key
+    (score * 10000.0).round() as i64
 }
 
 /// `term` at `weight` unless the query has it already.

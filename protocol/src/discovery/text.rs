@@ -126,8 +126,8 @@ pub fn one_edit(a: &str, b: &str) -> bool {
     }
 }
 
-/// ln 2, as the literal both implementations write.
-const LN_2: f64 = 0.6931471805599453;
+/// ln 2: the double both implementations write as `0.6931471805599453`.
+const LN_2: f64 = std::f64::consts::LN_2;
 
 /// The natural logarithm of `x > 0` from `+ - * /` alone, so that every implementation
 /// following these steps gets the same bits (a platform's `ln` may differ in the last
