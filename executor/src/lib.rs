@@ -67,7 +67,7 @@ pub use api::execute::{
 };
 pub use api::outbound::{Outbound, OutboundFuture, OutboundRequest, OutboundResponse};
 pub use api::request::Request;
-pub use api::toolbox::{CallContext, ExecutionId, Provider, Toolbox};
+pub use api::toolbox::{CallContext, ExecutionId, Provider, Toolbox, discovery_provider};
 pub use api::watch::{
     ARGUMENTS_PREVIEW_BYTES, ConsoleLevel, Decided, EVENT_QUEUE, Event, FETCH_PROVIDER, TEXT_PREVIEW_BYTES,
 };

@@ -250,3 +250,29 @@ async fn an_ended_execution_is_refused_and_unrouted_calls_reach_a_fallback() {
     .await;
     assert_eq!(json(&outcome), r#"{"result":["1.2","other.thing [1]"],"logs":[]}"#);
 }
+
+#[tokio::test]
+async fn with_discovery_a_program_searches_and_describes_the_other_tools_and_calls_them() {
+    use codemode_executor::Executor;
+    let toolbox = Toolbox::new([Provider::new("store")
+        .description("The shop.")
+        .sync_tool("findUser", "Find a user by id. Reads only.", |id: String, _| {
+            Ok::<_, String>(format!("user {id}"))
+        })
+        .sync_tool("refundOrder", "Give an order's money back.", |id: String, _| Ok::<_, String>(id))])
+    .unwrap();
+    assert_eq!(toolbox.catalog().tool_count(), 2);
+    let toolbox = toolbox.with_discovery().unwrap();
+    let code = r#"async () => {
+        const found = await catalog.search({ query: "money back for an order", limit: 1 });
+        const described = await catalog.describe(found.hits[0].path);
+        let unknown;
+        try { await catalog.describe("store.findUsr"); } catch (e) { unknown = e.message; }
+        return [found.tools, found.hits[0].path, described.declaration.includes("refundOrder("), unknown, await store.findUser("7")];
+    }"#;
+    let outcome = Executor::default().execute(Request::new(code).toolbox(&toolbox)).await;
+    assert_eq!(
+        outcome.to_json_string(),
+        r#"{"result":[2,"store.refundOrder",true,"No tool \"store.findUsr\" in the catalog. The nearest paths: store.findUser, store.refundOrder. Describe one of them, or search.","user 7"],"logs":[]}"#
+    );
+}

@@ -30,6 +30,8 @@
 //! - [`dispatch`]: the trait a host implements and [`create_envelope_dispatch`];
 //! - [`tools`]: tool specs with JSON Schemas, sandbox names, the routing table, the
 //!   TypeScript declarations and the code tool the model reads;
+//! - [`discovery`]: a catalog of tools searched and described one by one, for more
+//!   tools than fit in a prompt;
 //! - [`wire`] and [`schema`]: the messages of the daemon and the conformance runner.
 //!
 //! It does no I/O, knows no engine and names no async runtime.
@@ -59,6 +61,7 @@
 
 pub mod binary;
 pub mod codec;
+pub mod discovery;
 pub mod dispatch;
 pub mod entry;
 pub mod envelope;

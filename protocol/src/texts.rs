@@ -500,3 +500,43 @@ pub const CELL_ARGUMENT_MISSING: Template = Template(
 
 /// A cell started outside a Tokio runtime (kind `invalid`): its run is a task on the runtime.
 pub const CELL_NO_RUNTIME: &str = "A cell must start inside a Tokio runtime: its run is a task on it. Start it from within #[tokio::main] or Runtime::block_on.";
+
+// ---- Discovery: search and describe over a catalog ----
+
+/// The name of the tool (and of the in-program provider's method) that searches a catalog.
+pub const SEARCH_TOOL_NAME: &str = "search";
+
+/// The description of the tool `search`.
+pub const SEARCH_TOOL_DESCRIPTION: &str = "Search the providers' tools by what they do. Give `query` in plain words (a typo in a long word still matches), optionally `provider` to search one provider, `limit` (default 8, at most 50) and `offset` to page. Answers the catalog's size, how many tools match, and the best hits: each tool's path (provider.tool, as the program calls it), the first sentence of its description, whether it needs approval or is destructive, and a score. Call `describe` with a path for the tool's declaration.";
+
+/// The name of the tool (and of the in-program provider's method) that describes one tool.
+pub const DESCRIBE_TOOL_NAME: &str = "describe";
+
+/// The description of the tool `describe`.
+pub const DESCRIBE_TOOL_DESCRIPTION: &str = "Describe one tool by its path (provider.tool, as `search` answers it): its TypeScript declaration as the program calls it, its description and its JSON Schemas. An unknown path answers the nearest paths.";
+
+/// The paragraph the code tool carries, in place of every declaration, when discovery is on.
+pub const DISCOVERY_CODE_TOOL_PARAGRAPH: &str = "The providers below hold more tools than are declared here. Every provider is in the program's scope and every tool of it can be called as `await provider.tool(...)`; find the tools you need with `search` (words for what you need) and read one's declaration with `describe` (its path, provider.tool) before writing the program.";
+
+/// The name of the provider that serves `search` and `describe` inside programs.
+pub const DISCOVERY_PROVIDER_NAME: &str = "catalog";
+
+/// The description of the in-program discovery provider.
+pub const DISCOVERY_PROVIDER_DESCRIPTION: &str = "Find the other providers' tools: `await catalog.search({ query: \"words for what you need\" })` answers paths (provider.tool) with a first sentence each; `await catalog.describe(\"provider.tool\")` answers one tool's TypeScript declaration and schemas. Any tool can be called without being described first.";
+
+/// A search whose `limit` is over the most one answer holds. Holes: the limit asked, the most.
+pub const SEARCH_LIMIT_CLAMPED: Template =
+    Template("The limit {asked} is over the most one search answers; this answer holds at most {most} hits.");
+
+/// A search of a provider the catalog does not have. Holes: the name, the catalog's providers.
+pub const SEARCH_UNKNOWN_PROVIDER: Template =
+    Template("No provider \"{provider}\" in the catalog. Its providers are: {providers}.");
+
+/// A path `describe` does not know, with the nearest paths. Holes: the path, the suggestions.
+pub const DESCRIBE_UNKNOWN: Template = Template(
+    "No tool \"{path}\" in the catalog. The nearest paths: {suggestions}. Describe one of them, or search.",
+);
+
+/// A path `describe` does not know and nothing near it. Hole: the path.
+pub const DESCRIBE_UNKNOWN_NOTHING_NEAR: Template =
+    Template("No tool \"{path}\" in the catalog, and no path near it. Search for the tool by what it does.");

@@ -10,6 +10,7 @@
 mod admin;
 mod ask;
 mod db;
+mod discover;
 mod fixture;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -107,6 +108,32 @@ enum Command {
         /// What to print.
         #[arg(long, value_enum, default_value_t = Format::Typescript)]
         format: Format,
+    },
+    /// Search the providers' tools by what they do: paths (provider.tool), first sentences
+    /// and scores, best first.
+    #[command(after_help = discover::SEARCH_AFTER_HELP)]
+    Search {
+        /// Plain words for what the tool does.
+        query: String,
+        /// Search only this provider's tools.
+        #[arg(long, value_name = "NAME")]
+        provider: Option<String>,
+        /// How many hits [default: 8; at most 50].
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// How many of the best hits to skip.
+        #[arg(long, value_name = "N")]
+        offset: Option<usize>,
+        #[command(flatten)]
+        catalog: discover::CatalogArgs,
+    },
+    /// Describe one tool by its path (provider.tool): its TypeScript declaration and schemas.
+    #[command(after_help = discover::DESCRIBE_AFTER_HELP)]
+    Describe {
+        /// The tool's path, provider.tool, as `search` answers it.
+        path: String,
+        #[command(flatten)]
+        catalog: discover::CatalogArgs,
     },
     /// Serve the built-in executor over the wire protocol on stdin and stdout (one JSON
     /// message per line), for conformance runners, process isolation and other hosts.
@@ -324,6 +351,10 @@ fn main() -> ExitCode {
                 },
             }
         }
+        Command::Search { query, provider, limit, offset, catalog } => {
+            printed(discover::search(query, provider, limit, offset, &catalog))
+        }
+        Command::Describe { path, catalog } => printed(discover::describe(&path, &catalog)),
         Command::Declarations { spec, db, format } => match declarations(spec, db, format) {
             Ok(text) => {
                 println!("{text}");
@@ -381,6 +412,17 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// A text printed on stdout (exit 0), or the problem on stderr (exit 2).
+fn printed(text: Result<String, String>) -> ExitCode {
+    match text {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(problem) => usage_error(problem),
     }
 }
 

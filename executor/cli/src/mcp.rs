@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use codemode_executor::cells::{DEFAULT_CELL_TIME_TO_LIVE, DEFAULT_MAX_LIVE_CELLS};
-use codemode_executor::mcp::serve::{CodeModeServer, DEFAULT_MAX_EXECUTIONS, HTTP_PATH, ServeLimits};
+use codemode_executor::mcp::serve::{
+    CodeModeServer, DEFAULT_MAX_EXECUTIONS, Discovery, HTTP_PATH, ServeLimits,
+};
 use codemode_executor::mcp::upstream;
 use codemode_executor::{
     Confinement, EngineKind, Execute, Executor, IN_PROCESS_V8_WARNING, IsolationKind, ProcessExecutor,
@@ -61,6 +63,11 @@ pub(crate) struct McpArgs {
     /// least recently.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_LIVE_CELLS)]
     max_cells: usize,
+    /// Progressive discovery: `execute` carries each provider's name, description and tool
+    /// count instead of every declaration, and the tools `search` and `describe` are listed.
+    /// auto turns it on above 100 tools or 40,000 bytes of declarations; --discovery alone is on.
+    #[arg(long, value_name = "WHEN", value_parser = ["auto", "on", "off"], default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
+    discovery: String,
     #[command(flatten)]
     engine: EngineArg,
     /// in-process, or process: each execution in a `codemode stdio` worker process killed
@@ -236,7 +243,13 @@ async fn start(
     }
     let names: Vec<String> = providers.iter().map(|p| p.spec().name.clone()).collect();
     let toolbox = Toolbox::new(providers).map_err(|e| e.to_string())?;
-    let server = CodeModeServer::new(executor(args, engine)?, toolbox, limits).map_err(|e| e.to_string())?;
+    let discovery = match args.discovery.as_str() {
+        "on" => Discovery::On,
+        "off" => Discovery::Off,
+        _ => Discovery::Auto,
+    };
+    let server = CodeModeServer::with_discovery(executor(args, engine)?, toolbox, limits, discovery)
+        .map_err(|e| e.to_string())?;
     if names.is_empty() {
         eprintln!(
             "codemode mcp: note: no providers (give --db, --spec or --server); programs can only compute"
@@ -292,6 +305,27 @@ async fn upstream_provider(name: &str, target: Target) -> Result<Provider, Strin
         Err(error) => Err(error),
     };
     provider.map_err(|error| format!("--server {name}: {error}"))
+}
+
+/// The providers of `--server` flags, as specs (for `search` and `describe`).
+pub(crate) fn upstream_specs(servers: &[String]) -> Result<Vec<codemode_protocol::ProviderSpec>, String> {
+    if servers.is_empty() {
+        return Ok(Vec::new());
+    }
+    let servers = servers.iter().map(|s| parse_server(s)).collect::<Result<Vec<_>, _>>()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let specs = runtime.block_on(async {
+        let mut specs = Vec::new();
+        for (name, target) in servers {
+            specs.push(upstream_provider(&name, target).await?.spec().clone());
+        }
+        Ok::<_, String>(specs)
+    });
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    specs
 }
 
 /// Bind `address`; refuse one that is not loopback unless `allow_remote`.

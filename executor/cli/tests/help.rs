@@ -235,3 +235,50 @@ fn every_command_that_runs_programs_takes_the_budgets() {
         );
     }
 }
+
+#[test]
+fn search_and_describe_have_help_with_examples_and_answer_over_a_catalog_file() {
+    help(
+        &["search"],
+        &[
+            "Usage: codemode search [OPTIONS] <QUERY>\n",
+            "--catalog <FILE.json>",
+            "Examples:\n  codemode search",
+        ],
+    );
+    help(&["describe"], &["Usage: codemode describe [OPTIONS] <PATH>\n", "Examples:\n  codemode describe"]);
+    let catalog = concat!(env!("CARGO_MANIFEST_DIR"), "/../../conformance/discovery/catalog.json");
+    let (code, stdout, stderr) = codemode(&[
+        "search",
+        "delete a Kubernetes namespace",
+        "--catalog",
+        catalog,
+        "--limit",
+        "1",
+        "--output",
+        "json",
+    ]);
+    assert_eq!((code, stderr.as_str()), (0, ""));
+    assert_eq!(
+        stdout,
+        "{\"query\":\"delete a Kubernetes namespace\",\"tools\":1000,\"matches\":128,\"offset\":0,\"limit\":1,\"hits\":[{\"path\":\"kubernetes.namespaces_delete\",\"description\":\"Delete a namespace and everything in it.\",\"needsApproval\":true,\"destructive\":true,\"score\":15.9013}]}\n"
+    );
+    let (code, stdout, _) =
+        codemode(&["describe", "kubernetes.namespaces_delete", "--catalog", catalog, "--output", "human"]);
+    assert_eq!(code, 0);
+    assert!(
+        stdout.starts_with("kubernetes.namespaces_delete (needs approval, destructive)\n\n```ts\n"),
+        "{stdout}"
+    );
+    let (code, stdout, stderr) = codemode(&["describe", "kubernetes.namespace_delete", "--catalog", catalog]);
+    assert_eq!((code, stdout.as_str()), (2, ""));
+    assert!(stderr.starts_with("codemode: No tool \"kubernetes.namespace_delete\" in the catalog. The nearest paths: kubernetes.namespaces_delete,"), "{stderr}");
+    let (code, _, stderr) = codemode(&["search", "anything"]);
+    assert_eq!(
+        (code, stderr.as_str()),
+        (2, "codemode: give --catalog, --spec, --db or --server: there are no tools to search\n")
+    );
+    let (code, _, stderr) = codemode(&["search", "x", "--catalog", catalog, "--provider", "nope"]);
+    assert_eq!(code, 2);
+    assert!(stderr.starts_with("codemode: No provider \"nope\" in the catalog."), "{stderr}");
+}

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use codemode_protocol::discovery::{Catalog, CatalogIndex, SearchRequest};
 use codemode_protocol::tools::{CodeTool, ProviderSpec, Route, ToolSpec, ToolTable, ToolTableError};
 use codemode_protocol::{
     Dispatch, DispatchFuture, ProviderDescriptor, ToolCall, ToolNotFoundError, error_envelope,
@@ -398,4 +399,46 @@ impl Dispatch for ToolboxDispatch {
             },
         }
     }
+}
+
+impl Toolbox {
+    /// Every provider and tool as a discovery catalog
+    /// ([`codemode_protocol::discovery::Catalog`]), for search and describe.
+    pub fn catalog(&self) -> Catalog {
+        Catalog::from(&self.inner.table)
+    }
+
+    /// The same providers and one more, `catalog` ([`discovery_provider`]), whose
+    /// `search` and `describe` answer over this toolbox's other tools. Its calls are
+    /// ordinary tool calls (watched and budgeted like any other); every tool stays
+    /// callable whether or not it was described.
+    pub fn with_discovery(&self) -> Result<Toolbox, ToolTableError> {
+        let provider = discovery_provider(Arc::new(CatalogIndex::new(self.catalog())));
+        let mut specs = self.inner.table.providers().to_vec();
+        specs.push(provider.spec);
+        let mut handlers = self.inner.handlers.clone();
+        handlers.push(provider.handlers);
+        let table = ToolTable::new(specs)?;
+        Ok(Toolbox { inner: Arc::new(Inner { table, handlers }) })
+    }
+}
+
+/// The provider `catalog` ([`texts::DISCOVERY_PROVIDER_NAME`]): `search(request)` answers
+/// a [`codemode_protocol::discovery::SearchAnswer`] and `describe(path)` a
+/// [`codemode_protocol::discovery::Description`] over `index`; a refusal (an unknown
+/// provider or path) is thrown with its pinned text.
+pub fn discovery_provider(index: Arc<CatalogIndex>) -> Provider {
+    let searched = index.clone();
+    Provider::new(texts::DISCOVERY_PROVIDER_NAME)
+        .description(texts::DISCOVERY_PROVIDER_DESCRIPTION)
+        .sync_tool(
+            texts::SEARCH_TOOL_NAME,
+            texts::SEARCH_TOOL_DESCRIPTION,
+            move |(request,): (SearchRequest,), _| searched.search(&request),
+        )
+        .sync_tool(
+            texts::DESCRIBE_TOOL_NAME,
+            texts::DESCRIBE_TOOL_DESCRIPTION,
+            move |(path,): (String,), _| index.describe(&path),
+        )
 }

@@ -43,6 +43,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use codemode_protocol::discovery::{
+    CatalogIndex, SearchRequest, describe_tool, search_tool, wants_discovery,
+};
 use codemode_protocol::tools::{terminate_tool, wait_tool};
 use codemode_protocol::{Outcome, OutcomeKind, texts};
 use rmcp::model::{
@@ -184,8 +187,24 @@ struct Inner {
     executor: Arc<Admitted>,
     cells: Cells,
     toolbox: Toolbox,
-    tools: [Tool; 3],
+    tools: Vec<Tool>,
     limits: ServeLimits,
+    /// With discovery: the index `search` and `describe` answer from.
+    discovery: Option<CatalogIndex>,
+}
+
+/// Whether `execute` carries every declaration or the summary layer with `search` and
+/// `describe` beside it (docs/discovery.md).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Discovery {
+    /// On above a size ([`codemode_protocol::discovery::wants_discovery`]: more than 100
+    /// tools, or declarations over 40,000 bytes).
+    #[default]
+    Auto,
+    /// Always.
+    On,
+    /// Never: every declaration in `execute`'s description.
+    Off,
 }
 
 /// An executor whose runs each hold a permit while they run (in a cell or not), and are
@@ -235,6 +254,17 @@ impl CodeModeServer {
         toolbox: Toolbox,
         limits: ServeLimits,
     ) -> Result<CodeModeServer, McpServeError> {
+        CodeModeServer::with_discovery(executor, toolbox, limits, Discovery::Auto)
+    }
+
+    /// As [`CodeModeServer::new`], saying whether `execute` carries the summary layer and
+    /// `search` and `describe` are listed ([`Discovery`]).
+    pub fn with_discovery(
+        executor: impl Execute + 'static,
+        toolbox: Toolbox,
+        limits: ServeLimits,
+        discovery: Discovery,
+    ) -> Result<CodeModeServer, McpServeError> {
         let profile = executor.profile();
         let effective = Limits {
             timeout: limits.timeout.unwrap_or(profile.limits.timeout),
@@ -257,9 +287,22 @@ impl CodeModeServer {
         let cell_limits =
             CellLimits::default().time_to_live(limits.cell_time_to_live).max_live(limits.max_cells);
         let cells = Cells::new(executor.clone(), cell_limits);
-        let tools =
-            [mcp_tool(toolbox.code_tool().with_yield()), mcp_tool(wait_tool()), mcp_tool(terminate_tool())];
-        let inner = Inner { executor, cells, toolbox, tools, limits };
+        let on = match discovery {
+            Discovery::On => true,
+            Discovery::Off => false,
+            Discovery::Auto => wants_discovery(toolbox.table()),
+        };
+        let discovery = on.then(|| CatalogIndex::new(toolbox.catalog()));
+        let code_tool = match &discovery {
+            Some(index) => index.code_tool(),
+            None => toolbox.code_tool(),
+        };
+        let mut tools =
+            vec![mcp_tool(code_tool.with_yield()), mcp_tool(wait_tool()), mcp_tool(terminate_tool())];
+        if discovery.is_some() {
+            tools.extend([mcp_tool(search_tool()), mcp_tool(describe_tool())]);
+        }
+        let inner = Inner { executor, cells, toolbox, tools, limits, discovery };
         Ok(CodeModeServer { inner: Arc::new(inner), session: new_session() })
     }
 
@@ -268,7 +311,8 @@ impl CodeModeServer {
         &self.inner.tools[0]
     }
 
-    /// Every tool listed: `execute`, `wait`, `terminate`.
+    /// Every tool listed: `execute`, `wait`, `terminate`, and with discovery `search` and
+    /// `describe`.
     pub fn tools(&self) -> &[Tool] {
         &self.inner.tools
     }
@@ -344,6 +388,34 @@ impl CodeModeServer {
             Ok(outcome) => call_tool_result(&outcome),
             Err(unknown) => invalid(unknown.to_string()),
         }
+    }
+
+    /// `search` or `describe` (`tool`), with discovery on: `structuredContent` the JSON
+    /// answer, `content` its readable text; a refusal is an error of kind `invalid`.
+    pub fn discover(&self, tool: &str, arguments: Option<&JsonObject>) -> Option<CallToolResult> {
+        let index = self.inner.discovery.as_ref()?;
+        let arguments = Json::Object(arguments.cloned().unwrap_or_default());
+        let answer = if tool == texts::SEARCH_TOOL_NAME {
+            serde_json::from_value::<SearchRequest>(arguments)
+                .map_err(|e| {
+                    format!("The arguments of `search` do not fit {{query, provider?, limit?, offset?}}: {e}")
+                })
+                .and_then(|request| index.search(&request).map_err(|e| e.to_string()))
+                .map(|answer| (answer.text(), serde_json::to_value(&answer)))
+        } else {
+            match arguments.get("path").and_then(Json::as_str) {
+                None => Err("The tool `describe` needs the argument `path`, a string such as \"github.create_issue\".".to_owned()),
+                Some(path) => index.describe(path).map_err(|e| e.to_string()).map(|d| (d.text(), serde_json::to_value(&d))),
+            }
+        };
+        Some(match answer {
+            Ok((text, json)) => {
+                let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+                result.structured_content = json.ok();
+                result
+            }
+            Err(text) => invalid(text),
+        })
     }
 
     /// Serve one client on stdin and stdout until it closes them. Nothing else may write
@@ -559,6 +631,11 @@ impl ServerHandler for CodeModeServer {
             texts::CODE_TOOL_NAME => self.execute(arguments).await_or_cancelled(&context).await,
             texts::CELL_WAIT_TOOL_NAME => self.wait(arguments).await_or_cancelled(&context).await,
             texts::CELL_TERMINATE_TOOL_NAME => self.terminate(arguments).await_or_cancelled(&context).await,
+            name @ (texts::SEARCH_TOOL_NAME | texts::DESCRIBE_TOOL_NAME)
+                if self.inner.discovery.is_some() =>
+            {
+                Ok(self.discover(name, arguments).unwrap_or_else(|| invalid("Discovery is off.")))
+            }
             _ => {
                 return Err(McpError::invalid_params(
                     format!(

@@ -71,15 +71,20 @@ pub fn code_tool(table: &ToolTable) -> CodeTool {
     CodeTool {
         name: texts::CODE_TOOL_NAME.to_owned(),
         description: format!("{}\n\n```ts\n{declarations}\n```", texts::CODE_TOOL_DESCRIPTION),
-        input_schema: json!({
-            "type": "object",
-            "properties": {
-                "code": { "type": "string", "description": texts::CODE_TOOL_CODE_PARAMETER }
-            },
-            "required": ["code"],
-            "additionalProperties": false
-        }),
+        input_schema: code_input_schema(),
     }
+}
+
+/// The schema of the code tool's input: one string property, `code`.
+pub(crate) fn code_input_schema() -> Json {
+    json!({
+        "type": "object",
+        "properties": {
+            "code": { "type": "string", "description": texts::CODE_TOOL_CODE_PARAMETER }
+        },
+        "required": ["code"],
+        "additionalProperties": false
+    })
 }
 
 /// The schema of a `yieldAfterMs` parameter.
