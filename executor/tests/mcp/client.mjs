@@ -19,8 +19,9 @@
 // and answers each elicitation request the server sends during a step with that step's
 // "elicit" (an ElicitResult such as {"action": "accept"} or {"action": "decline",
 // "content": {"reason": "..."}}); such a step prints {"answer": what it printed otherwise,
-// "elicited": [the params of each elicitation request it got]}. Without any "elicit" the
-// client declares no elicitation.
+// "elicited": [the params of each elicitation request it got, but `_meta`]}. A step's answer stands
+// until another step's replaces it (a run that yielded may ask between steps). Without
+// any "elicit" the client declares no elicitation.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -44,7 +45,8 @@ let answering = null
 let elicited = []
 if (eliciting) {
   client.setRequestHandler(ElicitRequestSchema, async (request) => {
-    elicited.push(request.params)
+    const { _meta, ...params } = request.params // rmcp's progress token, not the request's matter
+    elicited.push(params)
     return answering ?? { action: 'cancel' }
   })
 }
@@ -107,7 +109,6 @@ for (const step of steps) {
     elicited = []
     const answer = await run(step)
     print({ answer, elicited })
-    answering = null
   }
 }
 
