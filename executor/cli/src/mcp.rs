@@ -265,7 +265,9 @@ fn approval_policy(args: &McpArgs) -> Result<Option<ApprovalPolicy>, String> {
         policy = policy.ask(pattern("--ask", text)?);
     }
     if !args.ask.is_empty() || !args.deny.is_empty() {
-        let said = |flag: &str, patterns: &[String]| patterns.iter().map(|p| format!(" {flag} {p}")).collect::<String>();
+        let said = |flag: &str, patterns: &[String]| {
+            patterns.iter().map(|p| format!(" {flag} {p}")).collect::<String>()
+        };
         eprintln!("codemode mcp: approvals:{}{}", said("--deny", &args.deny), said("--ask", &args.ask));
     }
     Ok(Some(policy))

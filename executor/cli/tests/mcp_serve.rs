@@ -711,7 +711,8 @@ fn caught(provider: &str, tool: &str, reason: &str) -> Json {
 
 #[test]
 fn over_mcp_a_call_that_needs_approval_is_asked_of_the_person_behind_the_client() {
-    let tables = "async () => { try { return await db.tables() } catch (error) { return { caught: error.message } } }";
+    let tables =
+        "async () => { try { return await db.tables() } catch (error) { return { caught: error.message } } }";
     let decline = |reason: Option<&str>| match reason {
         Some(reason) => json!({ "action": "decline", "content": { "reason": reason } }),
         None => json!({ "action": "decline" }),
@@ -728,10 +729,14 @@ fn over_mcp_a_call_that_needs_approval_is_asked_of_the_person_behind_the_client(
             step["elicit"] = json!({ "action": "accept" });
             step
         },
-        on_cell("wait", json!({ "cell": "$cell" })).as_object().cloned().map(|mut wait| {
-            wait.insert("untilSettled".to_owned(), json!(true));
-            Json::Object(wait)
-        }).unwrap(),
+        on_cell("wait", json!({ "cell": "$cell" }))
+            .as_object()
+            .cloned()
+            .map(|mut wait| {
+                wait.insert("untilSettled".to_owned(), json!(true));
+                Json::Object(wait)
+            })
+            .unwrap(),
     ];
     let (lines, stderr) = client(
         &steps,
@@ -780,8 +785,10 @@ fn over_mcp_a_call_that_needs_approval_is_asked_of_the_person_behind_the_client(
 
 #[test]
 fn a_client_without_elicitation_gets_the_call_denied_saying_it_cannot_ask() {
-    let (lines, _) =
-        client(&[call(ASKS), call("async () => (await db.tables()).length")], &["stdio", codemode(), "mcp", "--db", &shop(), "--ask", "db.query"]);
+    let (lines, _) = client(
+        &[call(ASKS), call("async () => (await db.tables()).length")],
+        &["stdio", codemode(), "mcp", "--db", &shop(), "--ask", "db.query"],
+    );
     assert_eq!(lines[0], caught("db", "query", texts::APPROVAL_NO_ELICITATION));
     assert_eq!(
         texts::APPROVAL_DENIED.fill(&["db", "query", texts::APPROVAL_NO_ELICITATION]),

@@ -60,7 +60,9 @@ async fn ask(peer: Option<Peer<RoleServer>>, call: &HeldCall, timeout: Option<Du
         ElicitRequestParams::FormElicitationParams { meta: None, message: message(call), requested_schema };
     let mut options = PeerRequestOptions::no_options();
     options.timeout = timeout;
-    let answer = match peer.send_request_with_option(ServerRequest::ElicitRequest(ElicitRequest::new(params)), options).await
+    let answer = match peer
+        .send_request_with_option(ServerRequest::ElicitRequest(ElicitRequest::new(params)), options)
+        .await
     {
         Ok(handle) => handle.await_response().await,
         Err(error) => Err(error),

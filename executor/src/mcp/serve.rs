@@ -334,7 +334,11 @@ impl CodeModeServer {
 
     /// [`CodeModeServer::execute`] for the client behind `peer`, who is asked about the
     /// run's held calls.
-    async fn execute_for(&self, arguments: Option<&JsonObject>, peer: Option<Peer<RoleServer>>) -> CallToolResult {
+    async fn execute_for(
+        &self,
+        arguments: Option<&JsonObject>,
+        peer: Option<Peer<RoleServer>>,
+    ) -> CallToolResult {
         let (code, yield_after) = match code_argument(arguments) {
             Ok(found) => found,
             Err(text) => return invalid(text),
