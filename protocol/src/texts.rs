@@ -232,6 +232,28 @@ pub const APPROVAL_UNAVAILABLE: Template = Template(
     "The call {provider}.{tool} needs a person's approval, and this host has no way to ask for it, so it was not made.",
 );
 
+/// What an MCP client shows the person asked to approve a held call (`codemode mcp
+/// --ask`): the provider and tool, then the arguments' JSON indented, every value as the
+/// dispatch gets it if the call is accepted.
+pub const APPROVAL_ELICITATION: Template = Template(
+    "A program wants to call {provider}.{tool} with these arguments:\n{arguments}\nAccept to let this call run, or decline to refuse it; a reason you give goes to the program.",
+);
+
+/// The reason a program reads when the person an MCP client asked declined without one.
+pub const APPROVAL_DECLINED: &str = "the person declined it";
+
+/// The reason a program reads when an MCP client's request for approval was cancelled,
+/// failed, or was never answered within the approval timeout.
+pub const APPROVAL_ELICITATION_CANCELLED: &str =
+    "the request for approval was cancelled, so nobody approved it";
+
+/// The reason a program reads when a call needs approval and the MCP client that started
+/// the run cannot ask a person (it did not declare the elicitation capability).
+pub const APPROVAL_NO_ELICITATION: &str = "it needs a person's approval, and the MCP client that started this run cannot ask a person for it (the client does not support elicitation)";
+
+/// The reason a program reads for a call `codemode mcp --deny PATTERN` refuses.
+pub const APPROVAL_DENIED_BY_SERVER: Template = Template("denied by the server's --deny {pattern}");
+
 /// A decision for a held call that is not waiting for one.
 pub const APPROVAL_NOT_HELD: Template = Template(
     "Held call {id} is not waiting for a decision: it was decided already, timed out, or its run ended.",

@@ -12,9 +12,10 @@ use codemode_executor::mcp::serve::{
 };
 use codemode_executor::mcp::upstream;
 use codemode_executor::{
-    Confinement, EngineKind, Execute, Executor, IN_PROCESS_V8_WARNING, IsolationKind, ProcessExecutor,
-    Provider, Toolbox, WorkerCommand,
+    ApprovalPolicy, Confinement, DEFAULT_APPROVAL_TIMEOUT, EngineKind, Execute, Executor,
+    IN_PROCESS_V8_WARNING, IsolationKind, ProcessExecutor, Provider, ToolPattern, Toolbox, WorkerCommand,
 };
+use codemode_protocol::texts;
 
 use crate::EngineArg;
 
@@ -68,6 +69,20 @@ pub(crate) struct McpArgs {
     /// auto turns it on above 100 tools or 40,000 bytes of declarations; --discovery alone is on.
     #[arg(long, value_name = "WHEN", value_parser = ["auto", "on", "off"], default_value = "auto", num_args = 0..=1, default_missing_value = "on")]
     discovery: String,
+    /// Hold each call matching PATTERN (PROVIDER.TOOL, either part may be *: db.query,
+    /// db.*, *) until a person approves it: the MCP client that started the run asks them
+    /// by elicitation, showing the tool and its arguments. A client without elicitation
+    /// gets such calls denied. Repeat for more patterns.
+    #[arg(long = "ask", value_name = "PATTERN")]
+    ask: Vec<String>,
+    /// Deny each call matching PATTERN without asking anyone (before every --ask: a call
+    /// matching both is denied). Repeat for more patterns.
+    #[arg(long = "deny", value_name = "PATTERN")]
+    deny: Vec<String>,
+    /// How long a held call waits for the person's answer, in milliseconds, the run's
+    /// wall clock paused meanwhile; past it the call is not made. 0: as long as it takes.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_APPROVAL_TIMEOUT.as_secs() * 1000)]
+    approval_timeout_ms: u64,
     #[command(flatten)]
     engine: EngineArg,
     /// in-process, or process: each execution in a `codemode stdio` worker process killed
@@ -85,13 +100,15 @@ const AFTER_HELP: &str = "\
 The server offers the tool `execute`, whose description declares every provider; each
 call runs its program in a fresh engine. Given yieldAfterMs, a run still going after that
 long answers that it is running, and the tools `wait` and `terminate` go on with it.
-Over stdio, stdout carries the protocol and notes go to stderr.
+Over stdio, stdout carries the protocol and notes go to stderr. With --ask, a call that
+needs approval is shown to the person behind the client (elicitation) and waits for them.
 
 Examples:
   codemode mcp --db shop.sql
   codemode mcp --server 'everything=npx -y @modelcontextprotocol/server-everything'
   codemode mcp --server 'files=node \"/opt/my server/index.js\" --root /srv' --http 127.0.0.1:8808
   codemode mcp --server tracker=https://mcp.example.com/mcp
+  codemode mcp --db shop.sql --ask 'db.*' --deny db.tables
 
 An MCP client's configuration entry:
   {\"command\": \"codemode\", \"args\": [\"mcp\", \"--db\", \"/path/to/shop.sql\"]}
@@ -193,6 +210,10 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
         Ok(servers) => servers,
         Err(problem) => return crate::usage_error(problem),
     };
+    let approvals = match approval_policy(&args) {
+        Ok(approvals) => approvals,
+        Err(problem) => return crate::usage_error(problem),
+    };
     let limits = ServeLimits::default()
         .timeout(args.timeout_ms.map(Duration::from_millis))
         .memory_limit_bytes(args.memory_limit_bytes)
@@ -209,6 +230,10 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
         let server = match start(&args, servers, limits, engine).await {
             Ok(server) => server,
             Err(problem) => return crate::usage_error(problem),
+        };
+        let server = match approvals {
+            Some(policy) => server.with_approvals(policy),
+            None => server,
         };
         let served = match &args.http {
             None => server.serve_stdio().await,
@@ -228,6 +253,31 @@ pub(crate) fn mcp(args: McpArgs) -> ExitCode {
     // A blocking read of stdin, or an upstream's task, must not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
+}
+
+/// The approval policy of --deny, --ask and --approval-timeout-ms (denials first, each
+/// with [`texts::APPROVAL_DENIED_BY_SERVER`]); `None` when they are all left as they
+/// default, so calls pass as before. `Err` names the pattern that does not parse.
+fn approval_policy(args: &McpArgs) -> Result<Option<ApprovalPolicy>, String> {
+    let timeout = (args.approval_timeout_ms > 0).then(|| Duration::from_millis(args.approval_timeout_ms));
+    if args.ask.is_empty() && args.deny.is_empty() && timeout == Some(DEFAULT_APPROVAL_TIMEOUT) {
+        return Ok(None);
+    }
+    let pattern = |flag: &str, text: &str| text.parse::<ToolPattern>().map_err(|e| format!("{flag} {e}"));
+    let mut policy = ApprovalPolicy::new().timeout(timeout);
+    for text in &args.deny {
+        policy = policy.deny(pattern("--deny", text)?, texts::APPROVAL_DENIED_BY_SERVER.fill(&[text]));
+    }
+    for text in &args.ask {
+        policy = policy.ask(pattern("--ask", text)?);
+    }
+    if !args.ask.is_empty() || !args.deny.is_empty() {
+        let said = |flag: &str, patterns: &[String]| {
+            patterns.iter().map(|p| format!(" {flag} {p}")).collect::<String>()
+        };
+        eprintln!("codemode mcp: approvals:{}{}", said("--deny", &args.deny), said("--ask", &args.ask));
+    }
+    Ok(Some(policy))
 }
 
 /// The server: the providers of --db, --spec and every --server, on the chosen engine.

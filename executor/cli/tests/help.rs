@@ -208,6 +208,17 @@ fn mcp_help_has_the_exit_codes_and_examples() {
     for flag in ["--cell-ttl-secs <SECS>", "[default: 600]", "--max-cells <N>", "[default: 64]"] {
         assert!(stdout.contains(flag), "{flag} in {stdout}");
     }
+    // Approvals over MCP: the flags, the timeout's default, and an example.
+    for line in [
+        "      --ask <PATTERN>\n",
+        "      --deny <PATTERN>\n",
+        "      --approval-timeout-ms <N>\n",
+        "0: as long as it takes\n",
+        "[default: 900000]\n",
+        "  codemode mcp --db shop.sql --ask 'db.*' --deny db.tables\n",
+    ] {
+        assert!(stdout.contains(line), "{line:?} in {stdout}");
+    }
     assert_eq!(
         codemode(&["mcp", "--version"]),
         (0, format!("codemode-mcp {}\n", env!("CARGO_PKG_VERSION")), String::new())

@@ -528,6 +528,11 @@ fn bad_usage_exits_2_with_what_to_fix() {
         (&["--server", "everything=node 'index.js"][..], "a single quote is not closed"),
         (&["--allow-remote"][..], "--http"),
         (&["--db", "/nonexistent/shop.sqlite"][..], "cannot open the database"),
+        (
+            &["--ask", "db."][..],
+            "codemode: --ask \"db.\" is not a tool pattern: write PROVIDER.TOOL, where either part may be *, such as db.exec or db.*\n",
+        ),
+        (&["--deny", ".query"][..], "codemode: --deny \".query\" is not a tool pattern"),
     ] {
         let output = Command::new(codemode()).arg("mcp").args(args).stdin(Stdio::null()).output().unwrap();
         let (stdout, stderr) = text(&output);
@@ -679,4 +684,130 @@ fn the_cpu_and_call_budgets_bound_every_execution() {
         )
     );
     assert_eq!(lines[2], returned(json!(true), "true", &[]));
+}
+
+/// Queries customer 1, and answers what a denial says, caught at the call site.
+const ASKS: &str = "async () => {
+  try {
+    const rows = await db.query('SELECT name FROM customers WHERE id = ?', 1)
+    return rows.map((row) => row.name)
+  } catch (error) {
+    return { caught: error.message }
+  }
+}";
+
+/// A step of `code` whose elicitations the client answers with `answer`.
+fn eliciting(code: &str, answer: Json) -> Json {
+    let mut step = call(code);
+    step["elicit"] = answer;
+    step
+}
+
+/// What a program catches when `provider.tool` is denied for `reason`.
+fn caught(provider: &str, tool: &str, reason: &str) -> Json {
+    let text = texts::APPROVAL_DENIED.fill(&[provider, tool, reason]);
+    returned(json!({ "caught": text }), &json!({ "caught": text }).to_string(), &[])
+}
+
+#[test]
+fn over_mcp_a_call_that_needs_approval_is_asked_of_the_person_behind_the_client() {
+    let tables =
+        "async () => { try { return await db.tables() } catch (error) { return { caught: error.message } } }";
+    let decline = |reason: Option<&str>| match reason {
+        Some(reason) => json!({ "action": "decline", "content": { "reason": reason } }),
+        None => json!({ "action": "decline" }),
+    };
+    let steps = [
+        eliciting(ASKS, json!({ "action": "accept" })),
+        eliciting(ASKS, decline(Some("not customer data, please"))),
+        eliciting(ASKS, decline(None)),
+        eliciting(ASKS, json!({ "action": "cancel" })),
+        eliciting(tables, json!({ "action": "accept" })),
+        // A run that yields asks through the session that started it, while it waits.
+        {
+            let mut step = yielding(ASKS, json!(0));
+            step["elicit"] = json!({ "action": "accept" });
+            step
+        },
+        on_cell("wait", json!({ "cell": "$cell" }))
+            .as_object()
+            .cloned()
+            .map(|mut wait| {
+                wait.insert("untilSettled".to_owned(), json!(true));
+                Json::Object(wait)
+            })
+            .unwrap(),
+    ];
+    let (lines, stderr) = client(
+        &steps,
+        &["stdio", codemode(), "mcp", "--db", &shop(), "--ask", "db.query", "--deny", "db.tables"],
+    );
+    assert!(stderr.contains("codemode mcp: approvals: --deny db.tables --ask db.query\n"), "{stderr}");
+
+    // Accepted: the call runs and the program returns what it found. The person read
+    // the pinned message, the arguments as the dispatch got them, and could give a reason.
+    assert_eq!(lines[0]["answer"], returned(json!(["Ada Lovelace"]), r#"["Ada Lovelace"]"#, &[]));
+    let arguments = "[\n  \"SELECT name FROM customers WHERE id = ?\",\n  1\n]";
+    let message = texts::APPROVAL_ELICITATION.fill(&["db", "query", arguments]);
+    assert_eq!(
+        message,
+        "A program wants to call db.query with these arguments:\n[\n  \"SELECT name FROM customers WHERE id = ?\",\n  1\n]\n\
+         Accept to let this call run, or decline to refuse it; a reason you give goes to the program."
+    );
+    assert_eq!(
+        lines[0]["elicited"],
+        json!([{
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {
+                "type": "object",
+                "properties": { "reason": {
+                    "type": "string",
+                    "title": "Reason",
+                    "description": "Why you decline the call (optional): the program reads it."
+                } }
+            }
+        }])
+    );
+    // Declined: the program catches the denial with the person's reason, or the default.
+    assert_eq!(lines[1]["answer"], caught("db", "query", "not customer data, please"));
+    assert_eq!(lines[1]["elicited"].as_array().map(Vec::len), Some(1));
+    assert_eq!(lines[2]["answer"], caught("db", "query", texts::APPROVAL_DECLINED));
+    assert_eq!(lines[3]["answer"], caught("db", "query", texts::APPROVAL_ELICITATION_CANCELLED));
+    // --deny: denied with the server's reason, nobody asked.
+    let reason = texts::APPROVAL_DENIED_BY_SERVER.fill(&["db.tables"]);
+    assert_eq!(reason, "denied by the server's --deny db.tables");
+    assert_eq!(lines[4], json!({ "answer": caught("db", "tables", &reason), "elicited": [] }));
+    // The cell's outcome, after the person approved.
+    let waits = lines[6].as_array().unwrap();
+    assert_eq!(waits.last().unwrap(), &returned(json!(["Ada Lovelace"]), r#"["Ada Lovelace"]"#, &[]));
+}
+
+#[test]
+fn a_client_without_elicitation_gets_the_call_denied_saying_it_cannot_ask() {
+    let (lines, _) = client(
+        &[call(ASKS), call("async () => (await db.tables()).length")],
+        &["stdio", codemode(), "mcp", "--db", &shop(), "--ask", "db.query"],
+    );
+    assert_eq!(lines[0], caught("db", "query", texts::APPROVAL_NO_ELICITATION));
+    assert_eq!(
+        texts::APPROVAL_DENIED.fill(&["db", "query", texts::APPROVAL_NO_ELICITATION]),
+        "The call db.query was denied: it needs a person's approval, and the MCP client that started this \
+         run cannot ask a person for it (the client does not support elicitation)"
+    );
+    // A call no pattern names passes.
+    assert_eq!(lines[1], returned(json!(4), "4", &[]));
+}
+
+#[test]
+fn over_http_the_session_that_started_the_run_is_asked() {
+    let server = HttpServer::start(&["--db", &shop(), "--http", "127.0.0.1:0", "--ask", "db.*"]);
+    let steps = [
+        eliciting(ASKS, json!({ "action": "accept" })),
+        eliciting(ASKS, json!({ "action": "decline", "content": { "reason": "no" } })),
+    ];
+    let (lines, _) = client(&steps, &["http", &server.url]);
+    assert_eq!(lines[0]["answer"], returned(json!(["Ada Lovelace"]), r#"["Ada Lovelace"]"#, &[]));
+    assert_eq!(lines[0]["elicited"].as_array().map(Vec::len), Some(1));
+    assert_eq!(lines[1]["answer"], caught("db", "query", "no"));
 }

@@ -164,6 +164,11 @@ impl ApprovalPolicy {
         self
     }
 
+    /// How long a held call waits for a decision; `None`: as long as it takes.
+    pub fn approval_timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
     /// What this policy says of `call`.
     pub fn verdict(&self, call: &ToolCall) -> Verdict {
         let rule = self.rules.iter().find(|(pattern, _)| pattern.matches(&call.provider, &call.tool));

@@ -39,6 +39,12 @@
 //! sessions share the executor's idle threads and the providers, never an engine. At most
 //! [`ServeLimits::max_executions`] run at once; a call the client cancels (or whose
 //! session closes) ends its execution, unless it was a `wait`: then only the wait ends.
+//!
+//! With an approval policy ([`CodeModeServer::with_approvals`]), and for the tools the
+//! toolbox marks as needing approval, a call the policy asks about is held (the run's
+//! wall clock paused) and asked of the person behind the client whose `execute` started
+//! the run, by elicitation ([`crate::mcp::elicit`]); a client that cannot elicit gets
+//! the call denied ([`texts::APPROVAL_NO_ELICITATION`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,14 +58,15 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value as Json;
 
 use crate::cells::{Cell, CellLimits, Cells, Waited};
-use crate::{Execute, ExecuteFuture, Limits, Profile, Request, Toolbox};
+use crate::mcp::elicit;
+use crate::{ApprovalPolicy, Execute, ExecuteFuture, Limits, Profile, Request, Toolbox};
 
 /// The path the streamable HTTP endpoint answers on.
 pub const HTTP_PATH: &str = "/mcp";
@@ -180,6 +187,9 @@ pub struct CodeModeServer {
     inner: Arc<Inner>,
     /// The session this handler serves: the owner of the cells it starts.
     session: Arc<str>,
+    /// Which calls a person decides ([`CodeModeServer::with_approvals`]); `None`: only
+    /// the toolbox's marked tools, each asked with the default approval timeout.
+    approval: Option<ApprovalPolicy>,
 }
 
 struct Inner {
@@ -191,6 +201,8 @@ struct Inner {
     limits: ServeLimits,
     /// With discovery: the index `search` and `describe` answer from.
     discovery: Option<CatalogIndex>,
+    /// Whether the toolbox marks tools as needing approval: their calls are always asked.
+    marked: bool,
 }
 
 /// Whether `execute` carries every declaration or the summary layer with `search` and
@@ -302,8 +314,19 @@ impl CodeModeServer {
         if discovery.is_some() {
             tools.extend([mcp_tool(search_tool()), mcp_tool(describe_tool())]);
         }
-        let inner = Inner { executor, cells, toolbox, tools, limits, discovery };
-        Ok(CodeModeServer { inner: Arc::new(inner), session: new_session() })
+        let marked = !toolbox.needing_approval().is_empty();
+        let inner = Inner { executor, cells, toolbox, tools, limits, discovery, marked };
+        Ok(CodeModeServer { inner: Arc::new(inner), session: new_session(), approval: None })
+    }
+
+    /// The same server holding the calls `policy` asks about (after the toolbox's marked
+    /// tools, always asked) until the person behind the MCP client that started the run
+    /// decides, asked by elicitation; its denials refuse calls nobody is asked about. A
+    /// held call waits at most the policy's approval timeout, the run's wall clock paused
+    /// meanwhile. It applies to the sessions this server value serves and makes from now on.
+    pub fn with_approvals(mut self, policy: ApprovalPolicy) -> CodeModeServer {
+        self.approval = Some(policy);
+        self
     }
 
     /// The code tool: the toolbox's, taking `yieldAfterMs` beside `code`.
@@ -319,11 +342,12 @@ impl CodeModeServer {
 
     /// The same server serving another session, whose cells are its own.
     pub fn new_session(&self) -> CodeModeServer {
-        CodeModeServer { inner: self.inner.clone(), session: new_session() }
+        CodeModeServer { inner: self.inner.clone(), session: new_session(), approval: self.approval.clone() }
     }
 
-    /// The request of one program, with the server's limits.
-    fn request(&self, code: String) -> Request {
+    /// The request of one program, with the server's limits, and its approvals asked of
+    /// the person behind `peer` (the client whose `execute` starts it).
+    fn request(&self, code: String, peer: Option<Peer<RoleServer>>) -> Request {
         let mut request = Request::new(code).toolbox(&self.inner.toolbox);
         if let Some(timeout) = self.inner.limits.timeout {
             request = request.timeout(timeout);
@@ -337,17 +361,33 @@ impl CodeModeServer {
         if let Some(calls) = self.inner.limits.max_calls {
             request = request.max_calls(calls);
         }
+        if self.approval.is_some() || self.inner.marked {
+            let policy = self.approval.clone().unwrap_or_default();
+            let approvals = elicit::approvals(peer, policy.approval_timeout());
+            request = request.approvals(policy, &approvals);
+        }
         request
     }
 
     /// Run one call's arguments (`{"code": string, "yieldAfterMs"?: n}`) as a program and
-    /// answer its outcome, or, past `yieldAfterMs`, that it is still running.
+    /// answer its outcome, or, past `yieldAfterMs`, that it is still running. Called
+    /// outside a session, nobody can be asked: a call needing approval is denied.
     pub async fn execute(&self, arguments: Option<&JsonObject>) -> CallToolResult {
+        self.execute_for(arguments, None).await
+    }
+
+    /// [`CodeModeServer::execute`] for the client behind `peer`, who is asked about the
+    /// run's held calls.
+    async fn execute_for(
+        &self,
+        arguments: Option<&JsonObject>,
+        peer: Option<Peer<RoleServer>>,
+    ) -> CallToolResult {
         let (code, yield_after) = match code_argument(arguments) {
             Ok(found) => found,
             Err(text) => return invalid(text),
         };
-        let request = self.request(code);
+        let request = self.request(code, peer);
         let Some(yield_after) = yield_after else {
             return call_tool_result(&self.inner.executor.execute(request).await);
         };
@@ -455,6 +495,7 @@ impl std::fmt::Debug for CodeModeServer {
         f.debug_struct("CodeModeServer")
             .field("toolbox", &self.inner.toolbox)
             .field("limits", &self.inner.limits)
+            .field("approval", &self.approval)
             .finish()
     }
 }
@@ -628,7 +669,10 @@ impl ServerHandler for CodeModeServer {
     ) -> Result<CallToolResponse, McpError> {
         let arguments = request.arguments.as_ref();
         let answer = match request.name.as_ref() {
-            texts::CODE_TOOL_NAME => self.execute(arguments).await_or_cancelled(&context).await,
+            texts::CODE_TOOL_NAME => {
+                let peer = Some(context.peer.clone());
+                self.execute_for(arguments, peer).await_or_cancelled(&context).await
+            }
             texts::CELL_WAIT_TOOL_NAME => self.wait(arguments).await_or_cancelled(&context).await,
             texts::CELL_TERMINATE_TOOL_NAME => self.terminate(arguments).await_or_cancelled(&context).await,
             name @ (texts::SEARCH_TOOL_NAME | texts::DESCRIBE_TOOL_NAME)

@@ -14,18 +14,42 @@
 // "untilSettled": true is made again until its answer is not running, and prints the array
 // of its answers; a step with "session": "second" goes through a second client, in a
 // session of its own (http only).
+//
+// Elicitation: when any step has "elicit", the client declares the elicitation capability
+// and answers each elicitation request the server sends during a step with that step's
+// "elicit" (an ElicitResult such as {"action": "accept"} or {"action": "decline",
+// "content": {"reason": "..."}}); such a step prints {"answer": what it printed otherwise,
+// "elicited": [the params of each elicitation request it got, but `_meta`]}. A step's answer stands
+// until another step's replaces it (a run that yielded may ask between steps). Without
+// any "elicit" the client declares no elicitation.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js'
 
-const [steps, kind, ...target] = process.argv.slice(2)
+const [stepsJson, kind, ...target] = process.argv.slice(2)
+const steps = JSON.parse(stepsJson)
 const print = (value) => process.stdout.write(JSON.stringify(value) + '\n')
 
 const transport =
   kind === 'stdio'
     ? new StdioClientTransport({ command: target[0], args: target.slice(1), stderr: 'inherit' })
     : new StreamableHTTPClientTransport(new URL(target[0]))
-const client = new Client({ name: 'codemode-mcp-serve-test', version: '1.0.0' })
+const eliciting = steps.some((step) => step.elicit !== undefined)
+const client = new Client(
+  { name: 'codemode-mcp-serve-test', version: '1.0.0' },
+  eliciting ? { capabilities: { elicitation: { form: {} } } } : {}
+)
+// The current step's answer to elicitation requests, and the requests it got.
+let answering = null
+let elicited = []
+if (eliciting) {
+  client.setRequestHandler(ElicitRequestSchema, async (request) => {
+    const { _meta, ...params } = request.params // rmcp's progress token, not the request's matter
+    elicited.push(params)
+    return answering ?? { action: 'cancel' }
+  })
+}
 await client.connect(transport)
 print({ server: client.getServerVersion(), instructions: client.getInstructions() })
 
@@ -68,14 +92,23 @@ const callTool = async (step) => {
   return answers
 }
 
-for (const step of JSON.parse(steps)) {
+const run = async (step) => {
+  if (step.list) return client.listTools().catch(failure)
+  if (step.together) {
+    return Promise.all(step.together.map((call, i) => sleep(i * (step.staggerMs ?? 0)).then(() => callTool(call))))
+  }
+  return callTool(step)
+}
+
+for (const step of steps) {
   await sleep(step.delayMs ?? 0)
-  if (step.list) {
-    print(await client.listTools().catch(failure))
-  } else if (step.together) {
-    print(await Promise.all(step.together.map((call, i) => sleep(i * (step.staggerMs ?? 0)).then(() => callTool(call)))))
+  if (step.elicit === undefined) {
+    print(await run(step))
   } else {
-    print(await callTool(step))
+    answering = step.elicit
+    elicited = []
+    const answer = await run(step)
+    print({ answer, elicited })
   }
 }
 

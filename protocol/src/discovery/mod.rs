@@ -102,13 +102,14 @@ impl CatalogTool {
         self.needs_approval || self.destructive()
     }
 
-    /// The tool as a [`ToolSpec`] (annotations and the flag left behind).
+    /// The tool as a [`ToolSpec`] (annotations left behind; the approval flag kept).
     pub fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: self.name.clone(),
             description: self.description.clone(),
             input_schema: self.input_schema.clone(),
             output_schema: self.output_schema.clone(),
+            needs_approval: self.needs_approval,
         }
     }
 }
@@ -121,7 +122,7 @@ impl From<&ToolSpec> for CatalogTool {
             input_schema: spec.input_schema.clone(),
             output_schema: spec.output_schema.clone(),
             annotations: None,
-            needs_approval: false,
+            needs_approval: spec.needs_approval,
         }
     }
 }
