@@ -811,3 +811,36 @@ fn over_http_the_session_that_started_the_run_is_asked() {
     assert_eq!(lines[0]["elicited"].as_array().map(Vec::len), Some(1));
     assert_eq!(lines[1]["answer"], caught("db", "query", "no"));
 }
+
+/// `--discovery`: `execute` carries the summary layer, and `search` and `describe` answer
+/// a real client from the same index the CLI's `search` and `describe` use.
+#[test]
+fn with_discovery_search_and_describe_answer_the_client() {
+    let shop = shop();
+    let steps = [
+        list(),
+        on_cell("search", json!({ "query": "run a read-only SQL statement", "limit": 1 })),
+        on_cell("describe", json!({ "path": "db.query" })),
+        on_cell("describe", json!({ "path": "db.qeury" })),
+    ];
+    let (lines, _) = client(&steps, &["stdio", codemode(), "mcp", "--db", &shop, "--discovery"]);
+    let names: Vec<&str> =
+        lines[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["execute", "wait", "terminate", "search", "describe"]);
+    assert_eq!(
+        lines[1]["structuredContent"],
+        json!({"query": "run a read-only SQL statement", "tools": 3, "matches": 3, "offset": 0, "limit": 1, "hits": [
+            {"path": "db.query", "description": "Run one read-only SQL statement (SELECT) with its ? parameters; one object per row.",
+             "needsApproval": false, "destructive": false, "score": 3.9685}
+        ]})
+    );
+    assert_eq!(lines[1]["isError"], false);
+    let described = &lines[2]["structuredContent"];
+    assert_eq!(described["path"], "db.query", "{described}");
+    assert!(described["declaration"].as_str().unwrap().contains("query("), "{described}");
+    assert_eq!(lines[3]["isError"], true, "{}", lines[3]);
+    assert_eq!(
+        lines[3]["content"][0]["text"],
+        "No tool \"db.qeury\" in the catalog. The nearest paths: db.query, db.schema, db.tables. Describe one of them, or search."
+    );
+}
