@@ -276,3 +276,33 @@ async fn with_discovery_a_program_searches_and_describes_the_other_tools_and_cal
         r#"{"result":[2,"store.refundOrder",true,"No tool \"store.findUsr\" in the catalog. The nearest paths: store.findUser, store.refundOrder. Describe one of them, or search.","user 7"],"logs":[]}"#
     );
 }
+
+/// With discovery required a run calls only what it described first; another run starts
+/// with nothing described.
+#[tokio::test]
+async fn with_required_discovery_a_run_calls_only_the_tools_it_described() {
+    use codemode_executor::Executor;
+    let toolbox = Toolbox::new([Provider::new("store").sync_tool(
+        "findUser",
+        "Find a user by id.",
+        |id: String, _| Ok::<_, String>(format!("user {id}")),
+    )])
+    .unwrap()
+    .with_required_discovery()
+    .unwrap();
+    let code = r#"async () => {
+        let before;
+        try { await store.findUser("7"); } catch (e) { before = e.message; }
+        await catalog.describe("store.findUser");
+        return [before, await store.findUser("7")];
+    }"#;
+    let executor = Executor::default();
+    let outcome = executor.execute(Request::new(code).toolbox(&toolbox)).await;
+    assert_eq!(
+        outcome.to_json_string(),
+        r#"{"result":["The tool store.findUser has not been described in this run, so it was not called. Describe it first with catalog.describe, read its declaration, then call it.","user 7"],"logs":[]}"#
+    );
+    let again = "async () => { try { return await store.findUser('8') } catch (e) { return 'refused' } }";
+    let outcome = executor.execute(Request::new(again).toolbox(&toolbox)).await;
+    assert_eq!(outcome.to_json_string(), r#"{"result":"refused","logs":[]}"#);
+}

@@ -281,6 +281,11 @@ pub const APPROVAL_NO_TERMINAL: &str = "approval was required and there was no t
 /// The reason of a call refused by a `--deny PATTERN` flag.
 pub const DENIED_BY_FLAG: Template = Template("refused by --deny {pattern}");
 
+/// With discovery required, a call to a tool the run has not described first.
+pub const NOT_DESCRIBED: Template = Template(
+    "The tool {path} has not been described in this run, so it was not called. Describe it first with catalog.describe, read its declaration, then call it.",
+);
+
 /// The program made one call more than `maxCalls` allows; that call was never sent.
 pub const CALL_LIMIT: Template = Template(
     "Execution reached its limit of {limit} calls (tool calls and fetches together); the call over it was not sent.",

@@ -298,6 +298,39 @@ struct Inner {
     table: ToolTable,
     /// Per provider, per tool, as the table's routes index them.
     handlers: Vec<Vec<Handler>>,
+    /// With discovery required: the tools each live execution described, the only ones
+    /// (beside `catalog`'s) it may call.
+    described: Option<Arc<Described>>,
+}
+
+/// The tools each live execution has described (`catalog.describe`), by path; an
+/// execution's set goes when it ends.
+#[derive(Default)]
+struct Described(std::sync::Mutex<std::collections::HashMap<ExecutionId, std::collections::HashSet<String>>>);
+
+impl Described {
+    /// `path` is described in `context`'s execution from now on.
+    fn record(self: &Arc<Described>, context: &CallContext, path: String) {
+        let first = {
+            let mut executions = crate::sync::lock(&self.0);
+            let paths = executions.entry(context.execution_id()).or_default();
+            let first = paths.is_empty();
+            paths.insert(path);
+            first
+        };
+        // The set lives as long as its execution.
+        if first && let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (described, ended, execution) = (self.clone(), context.cancelled(), context.execution_id());
+            runtime.spawn(async move {
+                ended.await;
+                crate::sync::lock(&described.0).remove(&execution);
+            });
+        }
+    }
+
+    fn has(&self, execution: ExecutionId, path: &str) -> bool {
+        crate::sync::lock(&self.0).get(&execution).is_some_and(|paths| paths.contains(path))
+    }
 }
 
 impl Toolbox {
@@ -307,7 +340,7 @@ impl Toolbox {
         let (specs, handlers): (Vec<ProviderSpec>, Vec<Vec<Handler>>) =
             providers.into_iter().map(|p| (p.spec, p.handlers)).unzip();
         let table = ToolTable::new(specs)?;
-        Ok(Toolbox { inner: Arc::new(Inner { table, handlers }) })
+        Ok(Toolbox { inner: Arc::new(Inner { table, handlers, described: None }) })
     }
 
     /// The checked table: specs, sandbox names, routes.
@@ -380,6 +413,20 @@ impl ToolboxDispatch {
     }
 }
 
+impl ToolboxDispatch {
+    /// With discovery required, the refusal of a tool this execution has not described.
+    fn undescribed(&self, route: Route) -> Option<String> {
+        let described = self.toolbox.inner.described.as_ref()?;
+        let table = &self.toolbox.inner.table;
+        let provider = &table.providers()[route.provider].name;
+        if provider == texts::DISCOVERY_PROVIDER_NAME {
+            return None;
+        }
+        let path = format!("{provider}.{}", table.sandbox_name(route));
+        (!described.has(self.context.execution_id(), &path)).then(|| texts::NOT_DESCRIBED.fill(&[&path]))
+    }
+}
+
 impl Dispatch for ToolboxDispatch {
     fn dispatch(&self, call: ToolCall) -> DispatchFuture {
         if self.context.is_cancelled() {
@@ -388,6 +435,9 @@ impl Dispatch for ToolboxDispatch {
         let inner = &self.toolbox.inner;
         match inner.table.route(&call.provider, &call.tool) {
             Some(route) => {
+                if let Some(refusal) = self.undescribed(route) {
+                    return Box::pin(std::future::ready(error_envelope(&refusal)));
+                }
                 let handler = &inner.handlers[route.provider][route.tool];
                 handler(&inner.table, route, &call.args_json, self.context.clone())
             }
@@ -413,13 +463,26 @@ impl Toolbox {
     /// ordinary tool calls (watched and budgeted like any other); every tool stays
     /// callable whether or not it was described.
     pub fn with_discovery(&self) -> Result<Toolbox, ToolTableError> {
-        let provider = discovery_provider(Arc::new(CatalogIndex::new(self.catalog())));
+        self.discovering(None)
+    }
+
+    /// [`Toolbox::with_discovery`], and a run may call only the tools it has described
+    /// (`catalog.describe(path)`) first: any other call is refused at its call site with
+    /// `texts::NOT_DESCRIBED`, never reaching the tool. So the model reads a tool's
+    /// declaration before it calls it.
+    pub fn with_required_discovery(&self) -> Result<Toolbox, ToolTableError> {
+        self.discovering(Some(Arc::default()))
+    }
+
+    fn discovering(&self, described: Option<Arc<Described>>) -> Result<Toolbox, ToolTableError> {
+        let index = Arc::new(CatalogIndex::new(self.catalog()));
+        let provider = discovery_provider_recording(index, described.clone());
         let mut specs = self.inner.table.providers().to_vec();
         specs.push(provider.spec);
         let mut handlers = self.inner.handlers.clone();
         handlers.push(provider.handlers);
         let table = ToolTable::new(specs)?;
-        Ok(Toolbox { inner: Arc::new(Inner { table, handlers }) })
+        Ok(Toolbox { inner: Arc::new(Inner { table, handlers, described }) })
     }
 }
 
@@ -428,6 +491,11 @@ impl Toolbox {
 /// [`codemode_protocol::discovery::Description`] over `index`; a refusal (an unknown
 /// provider or path) is thrown with its pinned text.
 pub fn discovery_provider(index: Arc<CatalogIndex>) -> Provider {
+    discovery_provider_recording(index, None)
+}
+
+/// [`discovery_provider`] whose `describe` records what each execution described.
+fn discovery_provider_recording(index: Arc<CatalogIndex>, described: Option<Arc<Described>>) -> Provider {
     let searched = index.clone();
     Provider::new(texts::DISCOVERY_PROVIDER_NAME)
         .description(texts::DISCOVERY_PROVIDER_DESCRIPTION)
@@ -439,6 +507,12 @@ pub fn discovery_provider(index: Arc<CatalogIndex>) -> Provider {
         .sync_tool(
             texts::DESCRIBE_TOOL_NAME,
             texts::DESCRIBE_TOOL_DESCRIPTION,
-            move |(path,): (String,), _| index.describe(&path),
+            move |(path,): (String,), context: CallContext| {
+                let description = index.describe(&path)?;
+                if let Some(described) = &described {
+                    described.record(&context, description.path.clone());
+                }
+                Ok::<_, codemode_protocol::discovery::DescribeError>(description)
+            },
         )
 }
