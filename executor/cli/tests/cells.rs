@@ -246,8 +246,9 @@ async fn a_thousand_abandoned_cells_leave_nothing_behind() {
         assert!(matches!(waited, Waited::Running { .. }), "{waited:?}");
     }
     eprintln!("1000 cells started in {:?}", started.elapsed());
+    let abandoned = Instant::now();
     while cells.live() > 0 {
-        assert!(started.elapsed() < Duration::from_secs(120), "reaped: {} left", cells.live());
+        assert!(abandoned.elapsed() < Duration::from_secs(60), "reaped: {} left", cells.live());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     engines_go_down_to(&*executor, 0).await;

@@ -69,6 +69,11 @@ struct Progress {
     timers: usize,
     /// Pending frontiers reached ([`Event::Waiting`]s heard).
     frontiers: u64,
+    /// The run is at a frontier now: it reported waiting and nothing since.
+    at_frontier: bool,
+    /// `frontiers` as of the last running answer: a frontier wait answers one not yet
+    /// reported, so repeated waits on a run that stays put do not spin.
+    answered_frontiers: u64,
     end: End,
     /// When a wait last began or ended.
     last_waited: Instant,
@@ -100,6 +105,8 @@ impl CellState {
             calls: 0,
             timers: 0,
             frontiers: 0,
+            at_frontier: false,
+            answered_frontiers: 0,
             end: End::Running,
             last_waited: Instant::now(),
             waiters: 0,
@@ -143,13 +150,25 @@ impl CellState {
         {
             let mut progress = lock(&self.progress);
             match event {
-                Event::Log { line, .. } if !progress.dropped => progress.lines.push(line.clone()),
+                Event::Log { line, .. } => {
+                    progress.at_frontier = false;
+                    if !progress.dropped {
+                        progress.lines.push(line.clone());
+                    }
+                }
                 Event::Waiting { calls, timers } => {
                     (progress.calls, progress.timers) = (*calls, *timers);
                     progress.frontiers += 1;
+                    progress.at_frontier = true;
                 }
-                Event::CallStarted { .. } => progress.calls += 1,
-                Event::CallEnded { .. } => progress.calls = progress.calls.saturating_sub(1),
+                Event::CallStarted { .. } => {
+                    progress.calls += 1;
+                    progress.at_frontier = false;
+                }
+                Event::CallEnded { .. } => {
+                    progress.calls = progress.calls.saturating_sub(1);
+                    progress.at_frontier = false;
+                }
                 Event::Dropped { .. } => progress.dropped = true,
                 _ => return,
             }
@@ -187,6 +206,7 @@ impl CellState {
     fn running(progress: &mut Progress) -> Waited {
         let logs = progress.lines[progress.delivered..].to_vec();
         progress.delivered = progress.lines.len();
+        progress.answered_frontiers = progress.frontiers;
         Waited::Running { logs, calls_in_flight: progress.calls, timers: progress.timers }
     }
 
@@ -336,7 +356,7 @@ impl Cell {
     /// [`Cell::wait`], answering early as `until` says.
     pub async fn wait_until(&self, yield_after: Duration, until: Until) -> Result<Waited, CellError> {
         let deadline = later(Instant::now(), yield_after);
-        let started = self.begin_wait()?;
+        self.begin_wait()?;
         let _waiting = Waiting(&self.state);
         loop {
             let changed = self.state.changed.notified();
@@ -350,7 +370,12 @@ impl Cell {
                 if matches!(progress.end, End::Claimed) {
                     return Err(self.unknown());
                 }
-                if until == Until::Frontier && progress.frontiers > started {
+                // At a frontier no answer has reported yet, reached before this wait began
+                // or during it.
+                if until == Until::Frontier
+                    && progress.at_frontier
+                    && progress.frontiers > progress.answered_frontiers
+                {
                     return Ok(CellState::running(&mut progress));
                 }
             }
@@ -364,15 +389,15 @@ impl Cell {
         }
     }
 
-    /// Count a wait in; the frontiers reached so far.
-    fn begin_wait(&self) -> Result<u64, CellError> {
+    /// Count a wait in.
+    fn begin_wait(&self) -> Result<(), CellError> {
         let mut progress = lock(&self.state.progress);
         if matches!(progress.end, End::Claimed) {
             return Err(self.unknown());
         }
         progress.waiters += 1;
         progress.last_waited = Instant::now();
-        Ok(progress.frontiers)
+        Ok(())
     }
 
     /// End the run: its engine ends, and the answer is its outcome, kind `cancelled` with

@@ -147,8 +147,11 @@ pub enum Until {
     /// Only at `yield_after`.
     #[default]
     YieldAfter,
-    /// Also as soon as the run reaches a pending frontier after the wait began: it has
-    /// nothing to run until a call answers or a timer falls due ([`crate::Event::Waiting`]).
+    /// Also as soon as the run is at a pending frontier that no earlier answer reported
+    /// (reached before the wait began or during it): it has nothing to run until a call
+    /// answers or a timer falls due ([`crate::Event::Waiting`]). A run that stays at the
+    /// frontier it was last reported at is waited on until it moves, so repeated waits
+    /// do not spin.
     /// A model that waits this way sees the results of its calls as soon as they stop
     /// making progress, rather than at a fixed interval.
     Frontier,

@@ -62,3 +62,24 @@ async fn a_frontier_wait_answers_when_the_program_only_waits_and_terminate_ends_
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A frontier reached before the wait began answers at once; a run that stays at the
+/// frontier it was reported at is waited on until the yield, so waits do not spin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frontier_is_reported_once() {
+    let cells = Cells::new(Arc::new(Executor::new(config())), CellLimits::default());
+    let request = Request::new("async () => await slow.answer()")
+        .provider(ProviderDescriptor::new("slow", ["answer"]))
+        .dispatch(|_: ToolCall| std::future::pending::<String>());
+    let cell = cells.start(request);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let asked = Instant::now();
+    let first = cell.wait_until(Duration::from_secs(30), Until::Frontier).await.unwrap();
+    assert_eq!(first, Waited::Running { logs: vec![], calls_in_flight: 1, timers: 0 });
+    assert!(asked.elapsed() < Duration::from_secs(10), "answered at once: {:?}", asked.elapsed());
+    let again = Instant::now();
+    let second = cell.wait_until(Duration::from_millis(200), Until::Frontier).await.unwrap();
+    assert_eq!(second, Waited::Running { logs: vec![], calls_in_flight: 1, timers: 0 });
+    assert!(again.elapsed() >= Duration::from_millis(200), "waited to the yield: {:?}", again.elapsed());
+    cell.terminate().await.unwrap();
+}
