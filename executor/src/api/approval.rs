@@ -358,7 +358,7 @@ impl Dispatch for Holding {
         let named =
             |template: texts::Template, more: &str| template.fill(&[&call.provider, &call.tool, more]);
         match self.policy.verdict(&call) {
-            Verdict::Approve => self.pass(call),
+            Verdict::Approve => pass(self.inner.as_ref(), call),
             Verdict::Deny(reason) => {
                 Box::pin(std::future::ready(error_envelope(&named(texts::APPROVAL_DENIED, &reason))))
             }
@@ -370,16 +370,17 @@ impl Dispatch for Holding {
     }
 }
 
-impl Holding {
-    fn pass(&self, call: ToolCall) -> DispatchFuture {
-        match &self.inner {
-            Some(inner) => inner.dispatch(call),
-            None => Box::pin(std::future::ready(error_envelope(
-                &codemode_protocol::ToolNotFoundError::new(call.tool).to_string(),
-            ))),
-        }
+/// `call` to the request's own dispatch, or refused as the executor refuses a call with none.
+fn pass(inner: Option<&Arc<dyn Dispatch>>, call: ToolCall) -> DispatchFuture {
+    match inner {
+        Some(inner) => inner.dispatch(call),
+        None => Box::pin(std::future::ready(error_envelope(
+            &codemode_protocol::ToolNotFoundError::new(call.tool).to_string(),
+        ))),
     }
+}
 
+impl Holding {
     /// Hold `call` until decided, its run's clock paused meanwhile.
     fn held(&self, approvals: Approvals, call: ToolCall, number: u64) -> DispatchFuture {
         let id = approvals.next_id();
@@ -404,7 +405,7 @@ impl Holding {
         let hold = self.clock.hold();
         let (_, decided) = approvals.hold(held);
         let forget = Forget { approvals, id };
-        let (timeout, watcher, pass) = (self.policy.timeout, self.watcher.clone(), self.clone_policy());
+        let (timeout, watcher, inner) = (self.policy.timeout, self.watcher.clone(), self.inner.clone());
         Box::pin(async move {
             let decision = match timeout {
                 Some(timeout) => tokio::time::timeout(timeout, decided).await.ok().and_then(Result::ok),
@@ -425,9 +426,9 @@ impl Holding {
                 error_envelope(&template.fill(&[&call.provider, &call.tool, more]))
             };
             match decision {
-                Some(Decision::Approve) => pass.pass(call).await,
+                Some(Decision::Approve) => pass(inner.as_ref(), call).await,
                 Some(Decision::ApproveWith(arguments)) => {
-                    pass.pass(ToolCall { args_json: arguments, ..call }).await
+                    pass(inner.as_ref(), ToolCall { args_json: arguments, ..call }).await
                 }
                 Some(Decision::Deny(reason)) => refuse(texts::APPROVAL_DENIED, &reason),
                 None => {
@@ -436,19 +437,6 @@ impl Holding {
                 }
             }
         })
-    }
-
-    /// A copy that passes calls on (what an approved held call goes through).
-    fn clone_policy(&self) -> Holding {
-        Holding {
-            inner: self.inner.clone(),
-            policy: ApprovalPolicy::new(),
-            approvals: None,
-            execution: self.execution,
-            calls: AtomicU64::new(0),
-            clock: self.clock.clone(),
-            watcher: None,
-        }
     }
 }
 
